@@ -1,0 +1,140 @@
+"""Command line, compatible with DLProf's (``--nsys_database=``, ``--reports=``, ``--key_node=`` ...).
+
+``main(argv) -> int`` is the only place that turns a `DlaggError` into one stderr line and an
+exit code; everything else raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+from .errors import DlaggError
+from .log import Log
+from .options import VERBOSITIES, Options
+from .pipeline import DLPROF_REPORTS, NOT_YET, run
+from .reports import REPORTS
+from .writers import WRITERS
+
+TRUE = ("true", "1", "yes", "on")
+FALSE = ("false", "0", "no", "off")
+
+
+def boolean(text: str | bool) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = text.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def iteration(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an iteration number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"iterations are numbered from 0, got {value}")
+    return value
+
+
+def _reports_help() -> str:
+    lines = ["reports (--reports=all or a comma list):"]
+    for name in DLPROF_REPORTS:
+        if name in REPORTS:
+            lines.append(f"  {name:<15} {REPORTS[name].description}")
+        else:
+            lines.append(f"  {name:<15} ({NOT_YET.removeprefix('is ')})")
+    lines += [
+        "",
+        "examples:",
+        "  dlagg --nsys_database=run.sqlite --reports=all",
+        "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
+        "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlagg",
+        description="Where each training iteration's time goes, from an Nsight Systems SQLite export "
+                    "(nsys export --type sqlite). Command line compatible with NVIDIA DLProf.",
+        epilog=_reports_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("-V", "--version", action="version", version=f"dlagg {__version__}")
+    add("--nsys_database", "--database", dest="nsys_database", metavar="FILE", required=True,
+        help="the nsys SQLite export to read (opened read-only, never changed)")
+    add("--reports", type=comma_list, default=(), metavar="LIST",
+        help="reports to write: all or a comma list (see below); none by default, like DLProf")
+    add("--formats", type=comma_list, default=("csv",), metavar="LIST",
+        help=f"report file formats: comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} (default csv)")
+    add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
+    add("--profile_name", default="dlagg", metavar="NAME", help="prefix of every output file name (default dlagg)")
+    add("--key_node", "--key_op", dest="key_node", default=None, metavar="NAME",
+        help="NVTX range that marks one training step; '*' globs (ProfilerStep#*). Default: detected")
+    add("--iter_start", type=iteration, default=None, metavar="N", help="first iteration to aggregate (default 0)")
+    add("--iter_stop", type=iteration, default=None, metavar="N", help="last iteration to aggregate (default: last)")
+    add("--domains", type=comma_list, default=(), metavar="LIST", help="NVTX domains that define ops (default all)")
+    add("-f", "--force", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help="overwrite existing outputs (default false)")
+    add("-v", "--verbosity", choices=VERBOSITIES, default="normal", help="stderr detail (default normal)")
+    add("--tb_dir", default="event_files", metavar="DIR",
+        help="TensorBoard event-file folder inside --output_path (default event_files)")
+    add("-b", "--suppress_tb_files", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help="do not write TensorBoard event files (default false)")
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    return Options(
+        nsys_database=Path(args.nsys_database),
+        reports=args.reports,
+        formats=args.formats,
+        output_path=args.output_path,
+        profile_name=args.profile_name,
+        key_node=args.key_node,
+        iter_start=args.iter_start,
+        iter_stop=args.iter_stop,
+        domains=args.domains,
+        force=args.force,
+        verbosity=args.verbosity,
+        tb_dir=args.tb_dir,
+        suppress_tb_files=args.suppress_tb_files,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = options_from(args)
+    log = Log(options.level)
+    try:
+        result = run(options, log)
+    except DlaggError as exc:
+        print(f"dlagg: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
+        return 130
+    if not options.reports:
+        log.result("no report requested: pass --reports=all (or a comma list) to write reports")
+        return 0
+    if not result.written:
+        log.result("error: no report could be written for this export (see the warnings above)")
+        return 1
+    folders = sorted({str(p.parent) for p in result.written})
+    log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
+               + ", ".join(p.name for p in result.written))
+    return 0

@@ -1,0 +1,111 @@
+"""Values passed between stages. All frozen: stages return new values, never edit their inputs.
+
+Frames carry the columns declared in ``reader/schema.py``; times are int64 nanoseconds on the
+nsys session clock, strings are int64 ids into the profile's ``StringTable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class StringTable:
+    """nsys ``StringIds`` plus NVTX inline text, already interned: id -> text.
+
+    Classifiers run over this small table (one decision per distinct string); the big frames
+    only ever see the integer ids.
+    """
+
+    values: pd.Series  # index: int64 id, values: str
+
+    def decode(self, ids: pd.Series | np.ndarray) -> pd.Series:
+        """Texts for `ids` (missing ids give an empty string)."""
+        ids = pd.Series(ids) if not isinstance(ids, pd.Series) else ids
+        return ids.map(self.values).fillna("").astype(object)
+
+    def get(self, string_id: int, default: str = "") -> str:
+        value = self.values.get(string_id, default)
+        return default if value is None else str(value)
+
+    def ids_matching(self, pattern: str) -> np.ndarray:
+        """Ids whose whole text matches the regular expression `pattern` (vectorised)."""
+        hits = self.values.str.fullmatch(pattern).fillna(False).to_numpy(dtype=bool)
+        return self.values.index[hits].to_numpy(dtype=np.int64)
+
+    def ids_equal(self, text: str) -> np.ndarray:
+        return self.values.index[(self.values == text).to_numpy()].to_numpy(dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    source: str  # file name, not an absolute path, for report metadata
+    nsys_version: str  # EXPORT_PRODUCT_VERSION, or "" when the export does not say
+    schema_version: str
+    tables: Mapping[str, str]  # dlagg table name -> physical table it was read from
+    system_env: Mapping[str, str]  # TARGET_INFO_SYSTEM_ENV name -> value
+    domains: Mapping[int, str]  # NVTX domain id -> domain name (0 = default domain)
+    start: int  # earliest event start (ns)
+    end: int  # latest event end (ns)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the reader returns; nothing downstream touches SQLite."""
+
+    kernels: pd.DataFrame
+    runtime: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    sync: pd.DataFrame
+    nvtx: pd.DataFrame
+    osrt: pd.DataFrame
+    gpus: pd.DataFrame  # device_id, name, cc_major, cc_minor, total_memory, sm_count
+    strings: StringTable
+    meta: ProfileMeta
+
+    def has(self, table: str) -> bool:
+        """True when the export holds that table (it may still be empty)."""
+        return table in self.meta.tables
+
+
+@dataclass(frozen=True)
+class Iterations:
+    """Iteration windows: iteration i spans (end of key instance i-1, end of key instance i]."""
+
+    key_node: str  # the key node used ("" when none was found)
+    reason: str  # how it was chosen, for the log and the reports
+    starts: np.ndarray  # int64, window i is (starts[i], ends[i]]; starts[0] = profile start
+    ends: np.ndarray  # int64
+    start: int  # first aggregated iteration
+    stop: int  # last aggregated iteration (inclusive)
+    found: bool = True  # False: key node not found, one iteration spans the profile
+    candidates: tuple[str, ...] = field(default=())  # key-node candidates when not found
+
+    @property
+    def count(self) -> int:
+        return int(len(self.ends))
+
+    @property
+    def selected(self) -> range:
+        return range(self.start, self.stop + 1)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """(start, end) of the aggregated range in ns."""
+        return int(self.starts[self.start]), int(self.ends[self.stop])
+
+    def assign(self, t: np.ndarray) -> np.ndarray:
+        """Iteration of each timestamp, -1 outside every window. Vectorised (searchsorted)."""
+        t = np.asarray(t, dtype=np.int64)
+        idx = np.searchsorted(self.ends, t, side="left")
+        inside = (idx < len(self.ends)) & (t >= self.starts[0])
+        return np.where(inside, idx, -1).astype(np.int64)
+
+    def in_selection(self, iteration: np.ndarray) -> np.ndarray:
+        return (iteration >= self.start) & (iteration <= self.stop)

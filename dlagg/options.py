@@ -1,0 +1,35 @@
+"""The one typed options object every stage reads. Built by the CLI or by library users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+VERBOSITIES = ("quiet", "minimal", "normal", "detailed", "diagnostic")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to read, how to cut it into iterations, and what to write.
+
+    Field names follow DLProf's command line (``--nsys_database``, ``--key_node``, ...).
+    """
+
+    nsys_database: Path
+    reports: tuple[str, ...] = ()
+    formats: tuple[str, ...] = ("csv",)
+    output_path: Path = Path(".")
+    profile_name: str = "dlagg"
+    key_node: str | None = None
+    iter_start: int | None = None
+    iter_stop: int | None = None
+    domains: tuple[str, ...] = ()
+    force: bool = False
+    verbosity: str = "normal"
+    tb_dir: str = "event_files"
+    suppress_tb_files: bool = False
+
+    @property
+    def level(self) -> int:
+        """Verbosity as a number: 0 quiet ... 4 diagnostic."""
+        return VERBOSITIES.index(self.verbosity)

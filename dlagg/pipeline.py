@@ -1,0 +1,152 @@
+"""The whole job, top to bottom: options -> read -> iterations -> reports -> writers.
+
+``run(options)`` is what the CLI calls; it is usable as a library function too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .errors import OptionsError, OutputError
+from .log import Log
+from .model import Iterations, Profile
+from .options import Options
+from .reader import check_input, load_profile
+from .reports import REPORTS, Report, ReportContext
+from .timeline.iterations import detect_iterations
+from .writers import WRITERS, RunInfo
+
+# DLProf's report names; those not registered yet are refused by name with this note.
+DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems")
+NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
+
+
+@dataclass(frozen=True)
+class Result:
+    profile: Profile
+    iterations: Iterations
+    reports: tuple[Report, ...]
+    written: tuple[Path, ...]
+    warnings: tuple[str, ...]
+
+
+def resolve_reports(requested: tuple[str, ...]) -> list[str]:
+    """Report names in build order; 'all' means every registered report."""
+    names: list[str] = []
+    for name in requested:
+        if name == "all":
+            names.extend(REPORTS)
+        elif name in REPORTS:
+            names.append(name)
+        elif name in DLPROF_REPORTS:
+            raise OptionsError(f"--reports: report '{name}' {NOT_YET}; available: {', '.join(REPORTS)}")
+        else:
+            raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
+    ordered: list[str] = []
+
+    def visit(name: str) -> None:
+        if name not in ordered:
+            for dep in REPORTS[name].depends:
+                visit(dep)
+            ordered.append(name)
+
+    for name in dict.fromkeys(names):
+        visit(name)
+    return [n for n in ordered if n in names]
+
+
+def _check_formats(formats: tuple[str, ...]) -> None:
+    for fmt in formats:
+        if fmt not in WRITERS or fmt == "tensorboard":
+            choices = ", ".join(w for w in WRITERS if w != "tensorboard")
+            raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
+
+
+def _prepare_output(options: Options, names: list[str]) -> None:
+    out = options.output_path
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot create the output folder ({exc.strerror}); choose another --output_path") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
+    if options.force:
+        return
+    suffixes = [REPORTS[n].file_suffix for n in names]
+    for fmt in _writers(options):
+        for path in WRITERS[fmt].targets(suffixes, out, options.profile_name):
+            if path.exists():
+                raise OutputError(f"{path}: already exists; pass --force=true to overwrite it, "
+                                  "or choose another --output_path / --profile_name")
+
+
+def _writers(options: Options) -> list[str]:
+    formats = list(options.formats)
+    if not options.suppress_tb_files and "tensorboard" in WRITERS:
+        formats.append("tensorboard")
+    return formats
+
+
+def run(options: Options, log: Log | None = None) -> Result:
+    log = log or Log(options.level)
+    names = resolve_reports(options.reports)
+    _check_formats(options.formats)
+    check_input(Path(options.nsys_database))
+    if names:
+        _prepare_output(options, names)
+
+    with log.stage(f"read {Path(options.nsys_database).name}"):
+        profile = load_profile(options.nsys_database)
+    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
+               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
+               f"nsys {profile.meta.nsys_version or 'version unknown'}")
+    warnings: list[str] = list(profile.meta.warnings)
+
+    iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop)
+    if iterations.found:
+        log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
+                 f"aggregating {iterations.start} to {iterations.stop}")
+    else:
+        hint = (f"; candidates: {', '.join(iterations.candidates)}" if iterations.candidates else "")
+        warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; "
+                        f"set --key_node to the NVTX range of one training step{hint}")
+
+    ctx = ReportContext(profile, iterations, options)
+    reports: list[Report] = []
+    for name in names:
+        spec = REPORTS[name]
+        empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
+        if empty:
+            warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
+                            "(was the run profiled with 'nsys profile -t cuda'?)")
+            continue
+        with log.stage(f"built {name} report"):
+            built = ctx.report(name)
+        reports.append(built)
+        warnings.extend(built.warnings)
+    for warning in dict.fromkeys(warnings):
+        log.warn(warning)
+
+    info = RunInfo(
+        source=profile.meta.source,
+        nsys_version=profile.meta.nsys_version,
+        key_node=iterations.key_node,
+        key_node_reason=iterations.reason,
+        iterations_total=iterations.count,
+        iter_start=iterations.start,
+        iter_stop=iterations.stop,
+        iteration_window_ns=iterations.window,
+        profile_name=options.profile_name,
+        dlagg_version=__version__,
+    )
+    written: list[Path] = []
+    if reports:
+        for fmt in _writers(options):
+            with log.stage(f"wrote {fmt}"):
+                written.extend(WRITERS[fmt].write(reports, options.output_path, info))
+    return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))

@@ -1,0 +1,161 @@
+"""Report values, the report registry and the context every builder receives.
+
+Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder.
+The CLI's ``--reports`` choices and ``--help`` text come from the registry (first docstring line).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterable, Mapping, Protocol
+
+import numpy as np
+import pandas as pd
+
+from ..model import Iterations, Profile
+from ..options import Options
+
+
+@dataclass(frozen=True)
+class Section:
+    """One titled table of a report. ``header=False`` marks a key/value section (no header row)."""
+
+    title: str
+    table: pd.DataFrame
+    header: bool = True
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str  # registry key, e.g. "kernel"
+    file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.csv
+    sections: tuple[Section, ...]
+    scalars: Mapping[str, float] = field(default_factory=dict)  # headline numbers
+    warnings: tuple[str, ...] = ()
+    per_iteration: pd.DataFrame | None = None  # one row per iteration, for time-series writers
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The main table (first section)."""
+        return self.sections[0].table
+
+
+class ReportBuilder(Protocol):
+    def __call__(self, ctx: ReportContext) -> Report: ...
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    name: str
+    build: ReportBuilder
+    description: str
+    file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.<format>
+    requires: frozenset[str] = frozenset()  # Profile frames that must be non-empty
+    depends: tuple[str, ...] = ()
+
+
+REPORTS: dict[str, ReportSpec] = {}
+
+
+def report(
+    name: str,
+    *,
+    file_suffix: str | None = None,
+    requires: Iterable[str] = (),
+    depends: Iterable[str] = (),
+) -> Callable[[ReportBuilder], ReportBuilder]:
+    """Register a report builder under `name`; its docstring's first line is the help text."""
+
+    def register(fn: ReportBuilder) -> ReportBuilder:
+        if name in REPORTS:
+            raise RuntimeError(f"duplicate report {name!r}")
+        doc = inspect.getdoc(fn) or ""
+        REPORTS[name] = ReportSpec(
+            name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends)
+        )
+        return fn
+
+    return register
+
+
+class ReportContext:
+    """The profile, its iterations and the options, plus derived frames computed once and shared."""
+
+    def __init__(self, profile: Profile, iterations: Iterations, options: Options) -> None:
+        self.profile = profile
+        self.iterations = iterations
+        self.options = options
+        self._reports: dict[str, Report] = {}
+
+    def report(self, name: str) -> Report:
+        """Build (once) and return another report, for reports that reuse others."""
+        if name not in self._reports:
+            self._reports[name] = REPORTS[name].build(self)
+        return self._reports[name]
+
+    @cached_property
+    def work(self) -> pd.DataFrame:
+        """All GPU work with launching API call and iteration (see timeline.correlate)."""
+        from ..timeline.correlate import gpu_work
+
+        work = gpu_work(self.profile)
+        return work.assign(iteration=self.iterations.assign(work["t_attr"].to_numpy()))
+
+    @cached_property
+    def selected_work(self) -> pd.DataFrame:
+        """GPU work attributed to the aggregated iterations."""
+        work = self.work
+        return work[self.iterations.in_selection(work["iteration"].to_numpy())]
+
+    @cached_property
+    def kernel_uses_tc(self) -> pd.Series:
+        """Tensor-core use per kernel-name id (decided once per distinct name)."""
+        from ..classify import uses_tensor_cores
+
+        ids = np.unique(self.profile.kernels["name_id"].to_numpy())
+        names = self.profile.strings.decode(pd.Series(ids))
+        return pd.Series(uses_tensor_cores(names).to_numpy(), index=ids)
+
+    @cached_property
+    def api_in_selection(self) -> pd.DataFrame:
+        """CUDA API calls whose start lies in the aggregated iterations."""
+        runtime = self.profile.runtime
+        iteration = self.iterations.assign(runtime["start"].to_numpy())
+        return runtime[self.iterations.in_selection(iteration)]
+
+
+    @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        """Per-iteration partition of wall-clock time (see timeline.breakdown)."""
+        from ..timeline.breakdown import time_breakdown
+
+        return time_breakdown(self.profile, self.iterations, self.work, self.kernel_uses_tc)
+
+    @cached_property
+    def work_ops(self) -> pd.DataFrame:
+        """Op columns for each row of `work` (index-aligned); empty strings where no op is known.
+
+        Columns: Op ID, Op Name, Direction, Op Type, Data Types, Input Shapes.
+        """
+        empty = np.full(len(self.work), "", dtype=object)
+        return pd.DataFrame({column: empty for column in OP_COLUMNS}, index=self.work.index)
+
+
+OP_COLUMNS = ("Op ID", "Op Name", "Direction", "Op Type", "Data Types", "Input Shapes")
+
+
+def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, unit: str = "(ns)") -> pd.DataFrame:
+    """Total / Avg / Min / Max of `column` per group, with DLProf's column names."""
+    grouped = frame.groupby(by, sort=False, dropna=False)[column]
+    return pd.DataFrame({
+        f"Total {prefix} {unit}": grouped.sum(),
+        f"Avg {prefix} {unit}": grouped.mean().round(1),
+        f"Min {prefix} {unit}": grouped.min(),
+        f"Max {prefix} {unit}": grouped.max(),
+    })
+
+
+def yes_no(values: np.ndarray | pd.Series) -> np.ndarray:
+    return np.where(np.asarray(values, dtype=bool), "yes", "no")

@@ -1,0 +1,106 @@
+"""Where each iteration's wall-clock time goes: a partition into resource classes.
+
+Contract: ``time_breakdown(profile, iterations, work, uses_tc) -> DataFrame``, one row per
+iteration (all of them, aggregated or not):
+
+    iteration, start, end, duration                  window (start, end] in ns
+    tc_kernel, kernel, memory, dataloader, io, cpu, other   ns, summing exactly to duration
+    gpu_busy                                         kernel-busy time averaged over GPUs (ns)
+    kernel_count                                     kernels attributed to the iteration
+
+Each instant of a window is counted once, in the first class active then, in DLProf's order:
+Tensor Core kernel > other kernel > memory (memcpy/memset) > dataloader > I/O > CPU > other.
+Classes are by actual execution time (a kernel counts where it runs), whereas ``kernel_count``
+follows DLProf's attribution by launch.
+
+- dataloader: NVTX ranges whose name says data loading (classify.DATALOADER_RANGE);
+- I/O: OS-runtime file and socket calls (only when the export has OSRT_API);
+- CPU: CUDA API calls and NVTX ranges below the key node (op and user ranges), i.e. time the
+  host is known to be busy with the step; the key node and ranges enclosing it do not count,
+  or every instant would be "CPU".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..classify import DATALOADER_RANGE, IO_CALL
+from ..model import Iterations, Profile
+from . import intervals
+from .correlate import KERNEL
+from .iterations import key_instances, ranges
+
+CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu")
+
+
+def _cpu_ranges(profile: Profile, iterations: Iterations) -> pd.DataFrame:
+    """NVTX ranges that are neither a key-node instance nor a range enclosing one."""
+    rng = ranges(profile)
+    if not iterations.found or rng.empty:
+        return rng
+    keys = key_instances(profile, iterations.key_node).sort_values("start")
+    k_start = keys["start"].to_numpy()
+    k_end = keys["end"].to_numpy()
+    r_start = rng["start"].to_numpy()
+    r_end = rng["end"].to_numpy()
+    # Key instances do not overlap, so the first one starting inside r ends first among them.
+    idx = np.searchsorted(k_start, r_start, side="left")
+    safe = np.minimum(idx, len(k_start) - 1)
+    encloses = (idx < len(k_start)) & (k_end[safe] <= r_end)
+    is_key = np.isin(rng["text_id"].to_numpy(), keys["text_id"].unique()) if len(keys) else np.zeros(len(rng), bool)
+    return rng[~(encloses | is_key)]
+
+
+def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series) -> pd.DataFrame:
+    starts = iterations.starts
+    ends = iterations.ends
+    kind = work["kind"].to_numpy()
+    is_kernel = kind == KERNEL
+    tc = np.zeros(len(work), dtype=bool)
+    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    w_start = work["start"].to_numpy()
+    w_end = work["end"].to_numpy()
+
+    rng = ranges(profile)
+    loader_ids = profile.strings.ids_matching(DATALOADER_RANGE)
+    loader = rng[np.isin(rng["text_id"].to_numpy(), loader_ids)]
+    osrt = profile.osrt
+    io = osrt[np.isin(osrt["name_id"].to_numpy(), profile.strings.ids_matching(IO_CALL))]
+    cpu_rng = _cpu_ranges(profile, iterations)
+    api = profile.runtime
+
+    classes = [
+        (w_start[tc], w_end[tc]),
+        (w_start[is_kernel & ~tc], w_end[is_kernel & ~tc]),
+        (w_start[~is_kernel], w_end[~is_kernel]),
+        (loader["start"].to_numpy(), loader["end"].to_numpy()),
+        (io["start"].to_numpy(), io["end"].to_numpy()),
+        (np.concatenate((api["start"].to_numpy(), cpu_rng["start"].to_numpy())),
+         np.concatenate((api["end"].to_numpy(), cpu_rng["end"].to_numpy()))),
+    ]
+    parts = intervals.partition(classes, starts, ends)
+
+    devices = np.unique(work["device_id"].to_numpy()[is_kernel])
+    busy = np.zeros(len(starts), dtype=np.float64)
+    for device in devices:  # a handful of GPUs, not events
+        on = is_kernel & (work["device_id"].to_numpy() == device)
+        busy += intervals.overlap_per_window(w_start[on], w_end[on], starts, ends)
+    if len(devices):
+        busy /= len(devices)
+
+    counts = np.bincount(work["iteration"].to_numpy()[is_kernel & (work["iteration"].to_numpy() >= 0)],
+                         minlength=len(starts)) if "iteration" in work else np.zeros(len(starts), dtype=np.int64)
+    frame = pd.DataFrame({
+        "iteration": np.arange(len(starts), dtype=np.int64),
+        "start": starts,
+        "end": ends,
+        "duration": ends - starts,
+    })
+    for k, name in enumerate(CLASSES):
+        frame[name] = parts[k]
+    frame["other"] = parts[-1]
+    frame["gpu_busy"] = busy
+    frame["kernel_count"] = counts[: len(starts)]
+    frame["aggregated"] = iterations.in_selection(frame["iteration"].to_numpy())
+    return frame

@@ -1,0 +1,83 @@
+"""Vectorised interval arithmetic on int64 nanosecond arrays (numpy only, no Python loops).
+
+Intervals are half-open ``[start, end)``; zero-length ones contribute nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint, non-touching ``(starts, ends)``."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # A new block begins where an interval starts after everything before it has ended.
+    new_block = np.empty(len(starts), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = starts[1:] > reach[:-1]
+    block_starts = starts[new_block]
+    last_of_block = np.r_[np.flatnonzero(new_block)[1:] - 1, len(starts) - 1]
+    return block_starts, reach[last_of_block]
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length covered by at least one interval."""
+    s, e = merge(starts, ends)
+    return int((e - s).sum())
+
+
+def coverage(merged_starts: np.ndarray, merged_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the (already merged) union that lies before each time in `t`."""
+    t = np.asarray(t, dtype=np.int64)
+    if len(merged_starts) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    lengths = merged_ends - merged_starts
+    before = np.concatenate(([0], np.cumsum(lengths)))
+    k = np.searchsorted(merged_starts, t, side="right")  # intervals starting at or before t
+    last = np.maximum(k - 1, 0)
+    partial = np.clip(t - merged_starts[last], 0, lengths[last])
+    return np.where(k > 0, before[last] + partial, 0)
+
+
+def overlap_per_window(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """For each window ``[win_start, win_end)``, the length of the intervals' union inside it."""
+    s, e = merge(starts, ends)
+    return coverage(s, e, win_ends) - coverage(s, e, win_starts)
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals cut to ``[lo, hi)``; empty ones become zero-length."""
+    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
+    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
+    return s, np.maximum(e, s)
+
+
+def partition(classes: list[tuple[np.ndarray, np.ndarray]], win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+    """Split each window's time among classes in priority order (first class wins an instant).
+
+    Returns an array ``(len(classes) + 1, n_windows)``: time of each class, then the remainder.
+    Uses |A1 ∪ ... ∪ Ak| - |A1 ∪ ... ∪ Ak-1| for class k, so each instant is counted once.
+    """
+    win_starts = np.asarray(win_starts, dtype=np.int64)
+    win_ends = np.asarray(win_ends, dtype=np.int64)
+    out = np.zeros((len(classes) + 1, len(win_starts)), dtype=np.int64)
+    acc_s = np.empty(0, dtype=np.int64)
+    acc_e = np.empty(0, dtype=np.int64)
+    covered = np.zeros(len(win_starts), dtype=np.int64)
+    for k, (s, e) in enumerate(classes):
+        acc_s = np.concatenate((acc_s, np.asarray(s, dtype=np.int64)))
+        acc_e = np.concatenate((acc_e, np.asarray(e, dtype=np.int64)))
+        acc_s, acc_e = merge(acc_s, acc_e)
+        now = overlap_per_window(acc_s, acc_e, win_starts, win_ends)
+        out[k] = now - covered
+        covered = now
+    out[-1] = (win_ends - win_starts) - covered
+    return out

@@ -1,0 +1,157 @@
+"""Cut the timeline into training iterations with a key node (DLProf semantics).
+
+Contract: ``detect_iterations(profile, key_node, iter_start, iter_stop) -> Iterations``.
+
+Iteration i spans (end of key instance i-1, end of key instance i]; iteration 0 starts at the
+start of the profile. The key node is an NVTX range name, or a glob with ``*`` (PyTorch's
+``ProfilerStep#N`` differs per step). Without ``--key_node`` dlagg looks for well-known names,
+then for the range that repeats most regularly at the top level of the busiest thread. When the
+key node is not found, one iteration 0 spans the whole profile and the warning names candidates.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionsError
+from ..model import Iterations, Profile
+from ..reader.schema import NVTX_RANGE_TYPES
+
+# Tried in this order when no --key_node is given: TensorFlow's global step (DLProf's default),
+# the name used by most PyTorch training loops and our recordings, PyTorch profiler's step
+# ranges (emitted by torch.profiler schedules), then the bare word.
+KNOWN_KEY_NODES = ("global_step", "train_step", "ProfilerStep#*", "step")
+
+# A range repeating fewer times than this cannot define steady iterations on its own.
+MIN_REPEATS = 2
+# Start-to-start periods of an automatically chosen key node must be this regular
+# (coefficient of variation); data-loading or logging ranges are far less regular than steps.
+MAX_PERIOD_CV = 0.5
+
+_RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
+
+
+def glob_regex(pattern: str) -> str:
+    """A ``*`` glob as a regular expression that both Python ``re`` and RE2 accept."""
+    return ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*"))
+
+
+def ranges(profile: Profile) -> pd.DataFrame:
+    """NVTX ranges (push/pop and start/end), without marks."""
+    nvtx = profile.nvtx
+    return nvtx[np.isin(nvtx["event_type"].to_numpy(), NVTX_RANGE_TYPES)]
+
+
+def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
+    """Instances of `key_node` on the thread that has most of them (one rank, one loop)."""
+    found = ranges(profile)
+    if "*" in key_node:
+        ids = profile.strings.ids_matching(glob_regex(key_node))
+    else:
+        ids = profile.strings.ids_equal(key_node)
+    found = found[np.isin(found["text_id"].to_numpy(), ids)]
+    if found.empty:
+        return found
+    busiest = found["global_tid"].value_counts().index[0]
+    return found[found["global_tid"] == busiest].sort_values("end", kind="stable")
+
+
+def top_level(profile: Profile) -> pd.DataFrame:
+    """Ranges not enclosed by another range of the same thread, with their name."""
+    rng = ranges(profile).sort_values(["global_tid", "start", "end"], ascending=[True, True, False], kind="stable")
+    if rng.empty:
+        return rng.assign(name=pd.Series(dtype=object))
+    reach = rng.groupby("global_tid", sort=False)["end"].cummax()
+    before = reach.groupby(rng["global_tid"], sort=False).shift(1)
+    top = rng[before.isna().to_numpy() | (rng["start"].to_numpy() >= before.fillna(0).to_numpy())]
+    names = profile.strings.decode(top["text_id"]).to_numpy()
+    return top.assign(name=names)
+
+
+def _normalise(names: pd.Series) -> pd.Series:
+    """Step numbers become a glob: ``ProfilerStep#12`` -> ``ProfilerStep#*``."""
+    return names.astype(str).str.replace(r"\d+", "*", regex=True)
+
+
+def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
+    """The most frequent top-level range names (as globs), most frequent first."""
+    top = top_level(profile)
+    if top.empty:
+        return ()
+    counts = _normalise(top["name"]).value_counts()
+    return tuple(counts.index[:limit])
+
+
+def auto_key_node(profile: Profile) -> tuple[str, str]:
+    """(key node, why) chosen without user input; ("", why-not) when nothing qualifies."""
+    rng = ranges(profile)
+    for name in KNOWN_KEY_NODES:
+        instances = key_instances(profile, name)
+        if len(instances):
+            return name, f"well-known key node name '{name}' ({len(instances)} instances)"
+    top = top_level(profile)
+    if top.empty:
+        return "", "the profile has no NVTX ranges" if rng.empty else "no top-level NVTX range"
+    # The busiest thread is the one that launches most CUDA work (else the one with most ranges).
+    if len(profile.runtime):
+        threads = profile.runtime["global_tid"].value_counts()
+        threads = threads[threads.index.isin(top["global_tid"].unique())]
+        busiest = threads.index[0] if len(threads) else top["global_tid"].value_counts().index[0]
+    else:
+        busiest = top["global_tid"].value_counts().index[0]
+    top = top[top["global_tid"] == busiest].assign(glob=lambda f: _normalise(f["name"]))
+    stats = top.sort_values("start").groupby("glob")["start"].agg(
+        count="size",
+        cv=lambda s: float(np.std(np.diff(s)) / np.mean(np.diff(s))) if len(s) > 2 else 0.0,
+    )
+    stats = stats[(stats["count"] >= MIN_REPEATS) & (stats["cv"] <= MAX_PERIOD_CV)]
+    if stats.empty:
+        return "", "no top-level NVTX range repeats regularly"
+    best = stats.sort_values(["count", "cv"], ascending=[False, True]).iloc[0]
+    name = str(stats.sort_values(["count", "cv"], ascending=[False, True]).index[0])
+    return name, (f"'{name}' repeats most regularly at the top level of the busiest thread "
+                  f"({int(best['count'])} instances, period variation {best['cv']:.0%})")
+
+
+def detect_iterations(
+    profile: Profile,
+    key_node: str | None = None,
+    iter_start: int | None = None,
+    iter_stop: int | None = None,
+) -> Iterations:
+    """Iteration windows from the key node's instances, restricted to iter_start..iter_stop."""
+    if key_node:
+        reason = "given with --key_node"
+    else:
+        key_node, reason = auto_key_node(profile)
+    instances = key_instances(profile, key_node) if key_node else pd.DataFrame()
+    found = len(instances) > 0
+    if found:
+        ends = np.unique(instances["end"].to_numpy(dtype=np.int64))
+        starts = np.concatenate(([min(profile.meta.start, int(instances["start"].min()))], ends[:-1]))
+    else:
+        ends = np.array([profile.meta.end], dtype=np.int64)
+        starts = np.array([profile.meta.start], dtype=np.int64)
+    count = len(ends)
+    start = 0 if iter_start is None else iter_start
+    stop = count - 1 if iter_stop is None else iter_stop
+    for label, value in (("--iter_start", start), ("--iter_stop", stop)):
+        if not 0 <= value < count:
+            raise OptionsError(f"{label}={value} is out of range: {profile.meta.source} has {count} "
+                               f"iteration{'s' if count != 1 else ''} (0 to {count - 1}) with key node "
+                               f"'{key_node or '(none)'}'")
+    if start > stop:
+        raise OptionsError(f"--iter_start={start} is after --iter_stop={stop}; give a start <= stop")
+    return Iterations(
+        key_node=key_node if found else "",
+        reason=reason if found else (f"key node '{key_node}' not found" if key_node else reason),
+        starts=starts,
+        ends=ends,
+        start=start,
+        stop=stop,
+        found=found,
+        candidates=() if found else candidates(profile),
+    )

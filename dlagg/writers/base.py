@@ -1,0 +1,71 @@
+"""Writer registry, run metadata shared by all writers, and atomic file output."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from ..reports.base import Report
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every output says about where it came from."""
+
+    source: str  # database file name
+    nsys_version: str
+    key_node: str
+    key_node_reason: str
+    iterations_total: int
+    iter_start: int
+    iter_stop: int
+    iteration_window_ns: tuple[int, int]
+    profile_name: str
+    dlagg_version: str
+
+
+class Writer(Protocol):
+    name: str
+
+    def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
+        """Every path `write` will create (checked for --force before anything is read)."""
+        ...
+
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]: ...
+
+
+WRITERS: dict[str, Writer] = {}
+
+
+def writer(name: str) -> Callable[[type], type]:
+    def register(cls: type) -> type:
+        if name in WRITERS:
+            raise RuntimeError(f"duplicate writer {name!r}")
+        instance = cls()
+        instance.name = name
+        WRITERS[name] = instance
+        return cls
+
+    return register
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temporary file in the same folder and an atomic rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def report_path(out_dir: Path, profile_name: str, file_suffix: str, extension: str) -> Path:
+    return out_dir / f"{profile_name}_{file_suffix}.{extension}"

@@ -1,0 +1,92 @@
+"""JSON: the same tables as the CSV, self-describing.
+
+    {"format": "dlagg-report", "format_version": 1, "report": "kernel",
+     "dlagg_version": ..., "source": ..., "nsys_version": ...,
+     "key_node": ..., "key_node_reason": ..., "iterations": {"total", "start", "stop", "window_ns"},
+     "warnings": [...], "scalars": {...},
+     "sections": [{"title": ..., "columns": [{"name", "unit", "type"}], "rows": [[...], ...]}]}
+
+Units come from the column names (``(ns)``, ``%``); rows are arrays in column order, missing
+values are ``null``. Rows are serialised by pandas' C encoder, not row by row in Python.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ..reports.base import Report, Section
+from .base import RunInfo, atomic_write_text, report_path, writer
+
+FORMAT_VERSION = 1
+
+
+def _unit(name: str) -> str | None:
+    if "(ns)" in name:
+        return "ns"
+    if "%" in name:
+        return "percent"
+    return None
+
+
+def _type(column: pd.Series) -> str:
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return "boolean"
+    if pd.api.types.is_integer_dtype(column.dtype):
+        return "integer"
+    if pd.api.types.is_float_dtype(column.dtype):
+        return "number"
+    kind = pd.api.types.infer_dtype(column, skipna=True)
+    return "string" if kind in ("string", "empty") else "mixed"
+
+
+def section_json(section: Section) -> str:
+    table = section.table
+    columns = [{"name": str(c), "unit": _unit(str(c)), "type": _type(table[c])} for c in table.columns]
+    head = json.dumps({"title": section.title, "key_value": not section.header, "columns": columns})
+    rows = table.to_json(orient="values", double_precision=15) if len(table) else "[]"
+    return head[:-1] + ', "rows": ' + rows + "}"
+
+
+def report_json(report: Report, info: RunInfo) -> str:
+    head = {
+        "format": "dlagg-report",
+        "format_version": FORMAT_VERSION,
+        "report": report.name,
+        "dlagg_version": info.dlagg_version,
+        "source": info.source,
+        "nsys_version": info.nsys_version,
+        "key_node": info.key_node,
+        "key_node_reason": info.key_node_reason,
+        "iterations": {
+            "total": info.iterations_total,
+            "start": info.iter_start,
+            "stop": info.iter_stop,
+            "window_ns": list(info.iteration_window_ns),
+        },
+        "warnings": list(report.warnings),
+        "scalars": dict(report.scalars),
+    }
+    sections = ", ".join(section_json(s) for s in report.sections)
+    return json.dumps(head)[:-1] + ', "sections": [' + sections + "]}\n"
+
+
+@writer("json")
+class JsonWriter:
+    """One JSON file per report: metadata, columns with units, rows."""
+
+    name = "json"
+
+    def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
+        return [report_path(out_dir, profile_name, suffix, "json") for suffix in file_suffixes]
+
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+        written = []
+        for report in reports:
+            path = report_path(out_dir, info.profile_name, report.file_suffix, "json")
+            atomic_write_text(path, report_json(report, info))
+            written.append(path)
+        return written
