@@ -112,9 +112,12 @@ def run(options: Options, log: Log | None = None) -> Result:
         log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
                  f"aggregating {iterations.start} to {iterations.stop}")
     else:
-        hint = (f"; candidates: {', '.join(iterations.candidates)}" if iterations.candidates else "")
-        warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; "
-                        f"set --key_node to the NVTX range of one training step{hint}")
+        if len(profile.nvtx):
+            hint = (f"; candidates: {', '.join(iterations.candidates)}" if iterations.candidates else "")
+            todo = f"set --key_node to the NVTX range of one training step{hint}"
+        else:
+            todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
+        warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; {todo}")
 
     ctx = ReportContext(profile, iterations, options)
     reports: list[Report] = []

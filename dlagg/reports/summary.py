@@ -109,9 +109,6 @@ def build(ctx: ReportContext) -> Report:
         ],
         columns=["", "GPU Time (ns)", "CPU Time (ns)", "# Kernels"],
     )
-    warnings = []
-    if not its.found:
-        warnings.append(f"summary: {its.reason}; the whole profile is one iteration 0")
     scalars = {"wall_clock_ns": float(wall), "gpu_utilization_pct": gpu_util,
                **{f"{name}_pct": shares[name] for name in shares}}
     return Report(
@@ -124,6 +121,5 @@ def build(ctx: ReportContext) -> Report:
             Section("All Kernels", kernels_table),
         ),
         scalars=scalars,
-        warnings=tuple(warnings),
         per_iteration=bd,
     )

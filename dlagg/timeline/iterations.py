@@ -26,10 +26,15 @@ from ..reader.schema import NVTX_RANGE_TYPES
 KNOWN_KEY_NODES = ("global_step", "train_step", "ProfilerStep#*", "step")
 
 # A range repeating fewer times than this cannot define steady iterations on its own.
-MIN_REPEATS = 2
+MIN_REPEATS = 3
 # Start-to-start periods of an automatically chosen key node must be this regular
 # (coefficient of variation); data-loading or logging ranges are far less regular than steps.
 MAX_PERIOD_CV = 0.5
+# Training steps follow each other: a range covering less than this share of the span from its
+# first start to its last end is work inside a step (a data fetch, one layer), not the step.
+MIN_STEP_COVERAGE = 0.5
+# Names that are framework op markers (PyTorch emit_nvtx, DLProf/PyProf dict markers), never steps.
+OP_MARKER = r"^\{|, seq = |, op_id = |^aten::|^autograd::|Backward\d*$"
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
 
@@ -79,6 +84,7 @@ def _normalise(names: pd.Series) -> pd.Series:
 def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
     """The most frequent top-level range names (as globs), most frequent first."""
     top = top_level(profile)
+    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True)]
     if top.empty:
         return ()
     counts = _normalise(top["name"]).value_counts()
@@ -95,6 +101,7 @@ def auto_key_node(profile: Profile) -> tuple[str, str]:
     top = top_level(profile)
     if top.empty:
         return "", "the profile has no NVTX ranges" if rng.empty else "no top-level NVTX range"
+    # (With no ranges at all there is nothing to choose from: the pipeline says how to add them.)
     # The busiest thread is the one that launches most CUDA work (else the one with most ranges).
     if len(profile.runtime):
         threads = profile.runtime["global_tid"].value_counts()
@@ -102,18 +109,34 @@ def auto_key_node(profile: Profile) -> tuple[str, str]:
         busiest = threads.index[0] if len(threads) else top["global_tid"].value_counts().index[0]
     else:
         busiest = top["global_tid"].value_counts().index[0]
-    top = top[top["global_tid"] == busiest].assign(glob=lambda f: _normalise(f["name"]))
-    stats = top.sort_values("start").groupby("glob")["start"].agg(
-        count="size",
-        cv=lambda s: float(np.std(np.diff(s)) / np.mean(np.diff(s))) if len(s) > 2 else 0.0,
+    top = top[top["global_tid"] == busiest]
+    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True)]
+    top = top.assign(glob=_normalise(top["name"]))
+    # Every instance of a step is top-level; a name that also occurs nested is something else.
+    on_thread = rng[rng["global_tid"] == busiest]
+    all_counts = _normalise(profile.strings.decode(on_thread["text_id"])).value_counts()
+    stats = top.sort_values("start").groupby("glob").agg(
+        count=("start", "size"),
+        first=("start", "min"),
+        last=("end", "max"),
+        busy=("end", "sum"),
+        idle=("start", "sum"),
+        cv=("start", lambda s: float(np.std(np.diff(s)) / np.mean(np.diff(s))) if len(s) > 2 else 0.0),
     )
-    stats = stats[(stats["count"] >= MIN_REPEATS) & (stats["cv"] <= MAX_PERIOD_CV)]
+    stats["coverage"] = (stats["busy"] - stats["idle"]) / (stats["last"] - stats["first"]).clip(lower=1)
+    stats = stats[
+        (stats["count"] >= MIN_REPEATS)
+        & (stats["cv"] <= MAX_PERIOD_CV)
+        & (stats["coverage"] >= MIN_STEP_COVERAGE)
+        & (stats["count"] == all_counts.reindex(stats.index).fillna(0))
+    ]
     if stats.empty:
-        return "", "no top-level NVTX range repeats regularly"
-    best = stats.sort_values(["count", "cv"], ascending=[False, True]).iloc[0]
-    name = str(stats.sort_values(["count", "cv"], ascending=[False, True]).index[0])
+        return "", "no top-level NVTX range repeats like a training step"
+    ranked = stats.sort_values(["count", "cv"], ascending=[False, True])
+    name, best = str(ranked.index[0]), ranked.iloc[0]
     return name, (f"'{name}' repeats most regularly at the top level of the busiest thread "
-                  f"({int(best['count'])} instances, period variation {best['cv']:.0%})")
+                  f"({int(best['count'])} instances, period variation {best['cv']:.0%}, "
+                  f"covering {best['coverage']:.0%} of their span)")
 
 
 def detect_iterations(
