@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from . import __version__
 from .errors import DlaggError
@@ -65,8 +65,15 @@ def _reports_help() -> str:
     return "\n".join(lines)
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (exit 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"dlagg: error: {message} (see dlagg --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dlagg",
         description="Where each training iteration's time goes, from an Nsight Systems SQLite export "
                     "(nsys export --type sqlite). Command line compatible with NVIDIA DLProf.",

@@ -1,0 +1,163 @@
+"""The command line on good and bad input: one clear stderr line, an exit code, input untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlagg.cli import main
+
+from .conftest import recording
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dlagg(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    copy = tmp_path / "cuda_basic.sqlite"
+    shutil.copy(recording("cuda_basic"), copy)
+    return copy
+
+
+def test_writes_reports_and_lists_them(db: Path, tmp_path: Path, capsys) -> None:
+    before = sha256(db), db.stat().st_mtime_ns
+    code, out, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", "--formats=csv,json",
+                           "--output_path", str(tmp_path / "out"), "-b", "true")
+    assert code == 0, err
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {f"dlagg_{r}.{f}" for r in ("summary", "kernel", "iteration") for f in ("csv", "json")} <= names
+    assert all(n.startswith("dlagg_") for n in names)
+    assert "wrote" in err.splitlines()[-1]
+    assert (sha256(db), db.stat().st_mtime_ns) == before  # read-only, immutable
+    assert not list(tmp_path.glob("*.sqlite-*")) and not list(tmp_path.glob("out/.*"))  # no journal, no temp
+
+
+def test_database_alias_profile_name_and_key_op_alias(db: Path, tmp_path: Path, capsys) -> None:
+    code, _, err = dlagg(capsys, "--database", str(db), "--reports=kernel", "--profile_name=run1",
+                         "--key_op=train_step", f"--output_path={tmp_path}", "--suppress_tb_files=true")
+    assert code == 0, err
+    assert (tmp_path / "run1_kernel.csv").exists()
+
+
+def test_existing_outputs_need_force(db: Path, tmp_path: Path, capsys) -> None:
+    args = [f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}", "-b"]
+    assert dlagg(capsys, *args)[0] == 0
+    first = (tmp_path / "dlagg_summary.csv").read_text()
+    code, _, err = dlagg(capsys, *args)
+    assert code != 0
+    assert err.count("\n") == 1 and "already exists" in err and "--force" in err
+    assert (tmp_path / "dlagg_summary.csv").read_text() == first
+    code, _, err = dlagg(capsys, *args, "--force=true")
+    assert code == 0, err
+
+
+def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    src = recording("cuda_basic")
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    text = tmp_path / "notes.sqlite"
+    text.write_text("this is not a database\n")
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00\x01QDREP-like bytes")
+    truncated = tmp_path / "truncated.sqlite"
+    truncated.write_bytes(src.read_bytes()[:200_000])
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (a)")
+    folder = tmp_path / "folder.sqlite"
+    folder.mkdir()
+    return {
+        "missing": (tmp_path / "nope.sqlite", "no such file"),
+        "directory": (folder, "is a directory"),
+        "empty": (empty, "is empty"),
+        "text": (text, "not an SQLite database"),
+        "nsys-rep": (rep, "nsys export --type sqlite"),
+        "truncated": (truncated, "damaged or truncated"),
+        "not-nsys": (other, "not an nsys export"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "empty", "text", "nsys-rep", "truncated", "not-nsys"])
+def test_bad_input_gets_one_clear_line(case: str, tmp_path: Path, capsys) -> None:
+    path, expected = bad_inputs(tmp_path)[case]
+    before = sha256(path) if path.is_file() else None
+    code, out, err = dlagg(capsys, f"--nsys_database={path}", "--reports=all", f"--output_path={tmp_path / 'o'}")
+    assert code != 0
+    assert err.count("\n") == 1 and err.startswith("dlagg: error: ") and expected in err
+    assert "Traceback" not in err and out == ""
+    assert str(path.name) in err
+    if before:
+        assert sha256(path) == before
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_export_without_kernels_says_so_and_writes_what_makes_sense(tmp_path: Path, capsys) -> None:
+    db = recording("cpu_nvtx_numpy")
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", f"--output_path={tmp_path}", "-b")
+    assert code == 0
+    assert "no CUDA kernels" in err
+    written = {p.name for p in tmp_path.iterdir()}
+    assert "dlagg_summary.csv" in written
+    assert not {"dlagg_kernel.csv", "dlagg_iteration.csv"} & written
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=kernel", f"--output_path={tmp_path / 'k'}", "-b")
+    assert code == 1 and "no CUDA kernels" in err and "Traceback" not in err
+
+
+def test_unwritable_output_folder(db: Path, tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", f"--output_path={blocker / 'sub'}")
+    assert code != 0 and err.count("\n") == 1 and "cannot create the output folder" in err
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", f"--output_path={blocker}")
+    assert code != 0 and "is a file" in err
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--reports=bogus"], "unknown report 'bogus'"),
+    (["--formats=xml", "--reports=all"], "unknown format 'xml'"),
+    (["--iter_start=99", "--reports=all"], "--iter_start=99 is out of range"),
+    (["--iter_start=x"], "expected an iteration number"),
+    (["--force=maybe"], "expected true or false"),
+    (["--verbosity=loud"], "invalid choice"),
+])
+def test_bad_options(db: Path, tmp_path: Path, capsys, args: list[str], expected: str) -> None:
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", f"--output_path={tmp_path}", "-b", *args)
+    errors = [line for line in err.splitlines() if line.startswith("dlagg: error:")]
+    assert code == 2 and len(errors) == 1 and expected in errors[0] and "Traceback" not in err
+
+
+def test_help_lists_every_dlprof_report(capsys) -> None:
+    code, out, _ = dlagg(capsys, "--help")
+    assert code == 0
+    for name in ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems"):
+        assert f"\n  {name} " in out
+
+
+def test_quiet_prints_nothing_on_success(db: Path, tmp_path: Path, capsys) -> None:
+    code, out, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}", "-b",
+                           "-v", "quiet")
+    assert code == 0 and err == ""
+
+
+def test_python_dash_m_entry_point(db: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={db}", "--reports=kernel",
+                           f"--output_path={tmp_path}", "-b"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "dlagg_kernel.csv").exists()

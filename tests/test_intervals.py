@@ -1,0 +1,63 @@
+"""Properties of the vectorised interval helpers, checked against a brute-force timeline."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlagg.timeline import intervals
+
+spans = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=25)
+
+
+def arrays(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    s = np.array([p[0] for p in pairs], dtype=np.int64)
+    return s, s + np.array([p[1] for p in pairs], dtype=np.int64)
+
+
+def covered(pairs: list[tuple[int, int]], horizon: int = 300) -> np.ndarray:
+    mask = np.zeros(horizon, dtype=bool)
+    for s, length in pairs:
+        mask[s : s + length] = True
+    return mask
+
+
+@given(spans)
+def test_union_length_equals_brute_force(pairs) -> None:
+    s, e = arrays(pairs)
+    assert intervals.union_length(s, e) == covered(pairs).sum()
+    assert intervals.union_length(s, e) <= int((e - s).sum())
+
+
+@given(spans)
+def test_merge_gives_sorted_disjoint_blocks(pairs) -> None:
+    s, e = intervals.merge(*arrays(pairs))
+    assert (e > s).all()
+    assert (s[1:] > e[:-1]).all()
+
+
+@given(spans, st.lists(st.integers(0, 300), min_size=1, max_size=8))
+def test_overlap_per_window(pairs, cuts) -> None:
+    bounds = np.unique(np.array(cuts, dtype=np.int64))
+    w_start, w_end = bounds[:-1], bounds[1:]
+    mask = covered(pairs)
+    got = intervals.overlap_per_window(*arrays(pairs), w_start, w_end)
+    assert got.tolist() == [int(mask[a:b].sum()) for a, b in zip(w_start, w_end)]
+
+
+@settings(max_examples=60)
+@given(st.lists(spans, min_size=1, max_size=4), st.lists(st.integers(0, 300), min_size=2, max_size=6))
+def test_partition_counts_each_instant_once_in_priority_order(classes, cuts) -> None:
+    bounds = np.unique(np.array(cuts, dtype=np.int64))
+    if len(bounds) < 2:
+        return
+    w_start, w_end = bounds[:-1], bounds[1:]
+    parts = intervals.partition([arrays(c) for c in classes], w_start, w_end)
+    assert (parts.sum(axis=0) == w_end - w_start).all()
+    assert (parts >= 0).all()
+    taken = np.zeros(300, dtype=bool)
+    for k, c in enumerate(classes):
+        mine = covered(c) & ~taken
+        taken |= covered(c)
+        assert parts[k].tolist() == [int(mine[a:b].sum()) for a, b in zip(w_start, w_end)]
