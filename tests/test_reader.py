@@ -1,0 +1,102 @@
+"""The reader on every real export: row counts, strings, schema differences, read-only access."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dlagg.options import Options
+from dlagg.pipeline import run
+from dlagg.reader import load_profile
+
+from .builders import ExportBuilder
+from .conftest import RECORDINGS, public_fixtures, recording, recording_dir
+
+TABLES = {"kernels": "CUPTI_ACTIVITY_KIND_KERNEL", "runtime": "CUPTI_ACTIVITY_KIND_RUNTIME",
+          "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY", "memset": "CUPTI_ACTIVITY_KIND_MEMSET"}
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+def test_row_counts_equal_the_export(name: str) -> None:
+    profile = load_profile(recording(name))
+    counts = json.loads((recording_dir(name) / "meta.json").read_text())["table_row_counts"]
+    for frame, table in TABLES.items():
+        assert len(getattr(profile, frame)) == counts.get(table, 0), table
+    domain_creates = json.loads((recording_dir(name) / "meta.json").read_text())["summary"]["nvtx_events_by_type"]
+    assert len(profile.nvtx) == counts.get("NVTX_EVENTS", 0) - domain_creates.get("NvtxDomainCreate", 0)
+
+
+def test_nvtx_text_and_registered_strings_are_both_read(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.range(0, 10, "inline_name")
+    b.range(20, 30, "registered_name", registered=True)
+    profile = load_profile(b.write(tmp_path / "t.sqlite"))
+    assert profile.strings.decode(profile.nvtx["text_id"]).tolist() == ["inline_name", "registered_name"]
+
+
+def test_nvtx_domains_and_negative_domain_starts() -> None:
+    profile = load_profile(recording("no_emit_nvtx"))
+    assert profile.meta.domains[1] == "cuBLAS"
+    assert (profile.nvtx["start"] >= 0).all()  # domain-create rows (negative starts) are not events
+    assert profile.meta.start > 0
+
+
+def test_open_ranges_end_with_the_profile(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.range(0, 50, "train_step")
+    b.range(60, None, "never_closed")
+    b.launch(70, 80, 90, 120)
+    profile = load_profile(b.write(tmp_path / "open.sqlite"))
+    row = profile.nvtx[profile.strings.decode(profile.nvtx["text_id"]).to_numpy() == "never_closed"]
+    assert row["end"].tolist() == [profile.meta.end] and profile.meta.end == 120
+
+
+def test_invalid_named_api_rows_are_kept_as_calls() -> None:
+    profile = load_profile(recording("cuda_basic"))
+    names = profile.strings.decode(profile.runtime["name_id"])
+    assert (names == "INVALID").sum() == 56
+
+
+def test_export_metadata_of_old_and_new_schemas() -> None:
+    newest = [p for p in public_fixtures() if p.name.startswith("cestwc")]
+    oldest = [p for p in public_fixtures() if p.name.startswith("bwyogatama")]
+    if not newest or not oldest:
+        pytest.skip("public fixtures not available")
+    new = load_profile(newest[0])  # nsys 2025.5: META_DATA_EXPORT, greenContextId, extra columns
+    assert new.meta.nsys_version.startswith("2025.5") and len(new.kernels) == 9359
+    old = load_profile(oldest[0])  # nsys 2021.2: no metadata table, no mangledName
+    assert old.meta.nsys_version == "" and len(old.kernels) == 12
+
+
+@pytest.mark.parametrize("path", public_fixtures(), ids=lambda p: p.name.split("__")[0])
+def test_every_public_export_gives_reports_or_a_clean_message(path: Path, tmp_path: Path) -> None:
+    before = path.stat().st_mtime_ns
+    result = run(Options(nsys_database=path, reports=("all",), formats=("csv", "json"), output_path=tmp_path,
+                         suppress_tb_files=True, verbosity="quiet"))
+    assert any(r.name == "summary" for r in result.reports)
+    assert (tmp_path / "dlagg_summary.csv").exists()
+    profile = result.profile
+    if len(profile.kernels):
+        kernel = next(r for r in result.reports if r.name == "kernel")
+        if not result.iterations.found:  # one iteration spans the profile: every kernel is in it
+            with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as conn:
+                total, count = conn.execute(
+                    'SELECT SUM("end" - start), COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+            assert kernel.table["Total GPU Time (ns)"].sum() == total
+            assert kernel.table["Calls"].sum() == count
+    else:
+        assert any("no CUDA kernels" in w for w in result.warnings)
+    assert path.stat().st_mtime_ns == before
+
+
+def test_reader_never_writes(tmp_path: Path) -> None:
+    """Even on a writable copy: no journal, no index, no new column (DLProf added columns)."""
+    path = tmp_path / "copy.sqlite"
+    path.write_bytes(recording("resnet_amp").read_bytes())
+    schema_before = sqlite3.connect(path).execute("SELECT sql FROM sqlite_master").fetchall()
+    load_profile(path)
+    assert sqlite3.connect(path).execute("SELECT sql FROM sqlite_master").fetchall() == schema_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.sqlite"]
