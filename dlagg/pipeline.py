@@ -22,6 +22,8 @@ from .writers import WRITERS, RunInfo
 # DLProf's report names; those not registered yet are refused by name with this note.
 DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems")
 NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
+# Event files are written whenever this writer is registered, unless --suppress_tb_files.
+TENSORBOARD = "tensorboard"
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,8 @@ def resolve_reports(requested: tuple[str, ...]) -> list[str]:
 
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
-        if fmt not in WRITERS or fmt == "tensorboard":
-            choices = ", ".join(w for w in WRITERS if w != "tensorboard")
+        if fmt not in WRITERS or fmt == TENSORBOARD:
+            choices = ", ".join(w for w in WRITERS if w != TENSORBOARD)
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
@@ -75,11 +77,15 @@ def _prepare_output(options: Options, names: list[str]) -> None:
         raise OutputError(f"{out}: cannot create the output folder ({exc.strerror}); choose another --output_path") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
+    for fmt in _writers(options):
+        folder = _out_dir(options, fmt)
+        if folder.exists() and not folder.is_dir():
+            raise OutputError(f"{folder}: is a file, not a folder; remove it or choose another --tb_dir")
     if options.force:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
     for fmt in _writers(options):
-        for path in WRITERS[fmt].targets(suffixes, out, options.profile_name):
+        for path in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name):
             if path.exists():
                 raise OutputError(f"{path}: already exists; pass --force=true to overwrite it, "
                                   "or choose another --output_path / --profile_name")
@@ -87,9 +93,14 @@ def _prepare_output(options: Options, names: list[str]) -> None:
 
 def _writers(options: Options) -> list[str]:
     formats = list(options.formats)
-    if not options.suppress_tb_files and "tensorboard" in WRITERS:
-        formats.append("tensorboard")
+    if not options.suppress_tb_files and TENSORBOARD in WRITERS:
+        formats.append(TENSORBOARD)
     return formats
+
+
+def _out_dir(options: Options, fmt: str) -> Path:
+    """Event files get their own folder (--tb_dir) so `tensorboard --logdir` sees only them."""
+    return options.output_path / options.tb_dir if fmt == TENSORBOARD else options.output_path
 
 
 def run(options: Options, log: Log | None = None) -> Result:
@@ -146,10 +157,11 @@ def run(options: Options, log: Log | None = None) -> Result:
         iteration_window_ns=iterations.window,
         profile_name=options.profile_name,
         dlagg_version=__version__,
+        context=ctx,
     )
     written: list[Path] = []
     if reports:
         for fmt in _writers(options):
             with log.stage(f"wrote {fmt}"):
-                written.extend(WRITERS[fmt].write(reports, options.output_path, info))
+                written.extend(WRITERS[fmt].write(reports, _out_dir(options, fmt), info))
     return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from ..reports.base import Report
+from ..reports.base import Report, ReportContext
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,14 @@ class RunInfo:
     iteration_window_ns: tuple[int, int]
     profile_name: str
     dlagg_version: str
+    # The run's profile, iterations, options and shared frames, for writers that need more than the
+    # requested reports (TensorBoard charts every iteration whichever reports were asked for).
+    context: ReportContext | None = field(default=None, compare=False, repr=False)
 
 
 class Writer(Protocol):
+    """`out_dir` is this writer's folder: --output_path, or <output_path>/<tb_dir> for TensorBoard."""
+
     name: str
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
