@@ -127,3 +127,21 @@ def test_out_of_range_iterations_name_the_count(tmp_path: Path, start, stop, mes
         detect_iterations(profile, None, start, stop)
     if "out of range" in message:
         assert "has 4 iterations (0 to 3)" in str(err.value)
+
+
+def test_gpu_utilization_is_averaged_over_gpus_and_partition_counts_overlap_once(tmp_path: Path) -> None:
+    """GIVEN one 1000 ns step; GPU 0 busy 600 ns with two overlapping kernels, GPU 1 busy 200 ns."""
+    b = ExportBuilder()
+    b.range(0, 1000, "train_step")
+    b.launch(10, 20, 100, 500, name="a", device=0)
+    b.launch(30, 40, 300, 700, name="b", device=0, stream=8)  # overlaps a on another stream
+    b.launch(50, 60, 800, 1000, name="c", device=1)
+    rep, _ = reports(b.write(tmp_path / "two_gpus.sqlite"), tmp_path)
+    values = dict(rep["summary"].sections[1].table.values)
+    assert values["Wall Clock Time (ns)"] == 1000
+    assert values["GPU Utilization %"] == 40.0  # (600 + 200) / 2 GPUs / 1000 ns
+    # Kernel time in the partition counts each instant once: [100, 700) and [800, 1000).
+    assert values["Non-Tensor Core Kernel Duration %"] == 80.0
+    # API calls are CPU time where no kernel runs: [10, 20), [30, 40), [50, 60).
+    assert values["CPU Duration %"] == 3.0
+    assert values["Other Duration %"] == 17.0
