@@ -1,0 +1,352 @@
+"""TensorBoard event files: per-iteration scalars, a custom-scalars layout, Markdown report dashboards.
+
+Contract: ``write(reports, out_dir, info)`` with ``out_dir = <output_path>/<tb_dir>`` and
+``info.context`` set (the pipeline passes its ``ReportContext``). It writes one TensorBoard run per
+profile, so several profiles sit side by side under one ``--logdir``:
+
+    <out_dir>/<profile_name>/events.out.tfevents.*                     run "<profile_name>"
+    <out_dir>/<profile_name>/before_iter_start/events.out.tfevents.*   run "<profile_name>/before_iter_start"
+    <out_dir>/<profile_name>/after_iter_stop/events.out.tfevents.*     run "<profile_name>/after_iter_stop"
+
+Run "<profile_name>" holds the scalars of the aggregated iterations (--iter_start..--iter_stop, the
+ones every report describes) and, at step 0, the text dashboards and the custom-scalars layout. The
+iterations outside that range go to the two sub-runs (written only when not empty), so every chart
+shows all iterations, the selected range in the profile's own colour and the others apart; a filter
+``^[^/]*$`` on run names keeps just the aggregated ranges when profiles are compared.
+
+Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps ns precision):
+    iteration/time_ms, iteration/gpu_utilization_pct, iteration/tensor_core_kernel_pct,
+    iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
+    other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
+Text tags (one Markdown table per tag): run/metadata, run/warnings, <report>/<section title>.
+
+Event files are replaced as a whole: the run folder is built next to its final place and renamed
+over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
+protobuf are imported inside ``write`` only, so CSV/JSON runs do not pay for them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OutputError
+from ..reports.base import Report, ReportContext, Section
+from ..timeline.breakdown import CLASSES
+from ..timeline.correlate import KERNEL
+from .base import RunInfo, writer
+
+# Sub-runs (TensorBoard's runs are folders) for the iterations outside the aggregated range.
+BEFORE_RUN = "before_iter_start"
+AFTER_RUN = "after_iter_stop"
+# A dashboard card shows the head of a table; the full table is in the CSV/JSON report.
+TEXT_ROWS = 20
+# Op types charted per iteration, by GPU time over the aggregated iterations: more lines than this
+# in one chart cannot be told apart.
+TOP_OP_TYPES = 8
+# Reports with one row per kernel launch: their per-iteration content is charted as scalars instead.
+TEXT_SKIP_REPORTS = frozenset({"iteration"})
+# A dashboard card is about 1,000 px wide: columns that would squeeze the others into one character
+# per line stay in the CSV/JSON only. Long kernel names are mangled C++ templates hundreds of
+# characters wide (the short name is shown); min/max columns sit next to total and average.
+TEXT_SKIP_COLUMNS = re.compile(r"Long Kernel Name|(Min|Max) .*")
+NS_PER_MS = 1e6
+
+DURATION_TITLES = {
+    "tc_kernel": "Tensor Core kernels",
+    "kernel": "other kernels",
+    "memory": "memory (memcpy/memset)",
+    "dataloader": "dataloader",
+    "io": "file/socket I/O",
+    "cpu": "CPU (CUDA API calls, op ranges)",
+    "other": "other (none of the above)",
+}
+SCALAR_DESCRIPTIONS = {
+    "iteration/time_ms": "Wall-clock time of the iteration (key-node window), ms.",
+    "iteration/gpu_utilization_pct": "Share of the iteration during which a kernel runs, averaged over GPUs, %.",
+    "iteration/tensor_core_kernel_pct": "GPU time of Tensor Core kernels / GPU time of all kernels launched "
+                                        "in the iteration, %.",
+    "iteration/kernel_count": "Kernels launched in the iteration.",
+    **{f"duration_ms/{name}": f"Wall-clock time of the iteration spent in {title}, ms "
+                              "(first active class wins; the classes sum to the iteration time)."
+       for name, title in DURATION_TITLES.items()},
+}
+OP_TYPE_PREFIX = "op_type_gpu_ms/"
+OP_TYPE_DESCRIPTION = "GPU time (kernels and memory operations) of this op type in the iteration, ms."
+
+
+def iteration_scalars(ctx: ReportContext) -> pd.DataFrame:
+    """Per-iteration scalar values: index = iteration, one column per tag (NaN where undefined)."""
+    bd = ctx.breakdown
+    duration = bd["duration"].to_numpy(dtype=np.float64)
+    frame = pd.DataFrame(index=pd.Index(bd["iteration"].to_numpy(), name="iteration"))
+    frame["iteration/time_ms"] = duration / NS_PER_MS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame["iteration/gpu_utilization_pct"] = np.where(
+            duration > 0, 100.0 * bd["gpu_busy"].to_numpy(dtype=np.float64) / duration, np.nan)
+
+    work = ctx.work
+    iteration = work["iteration"].to_numpy()
+    kernels = (work["kind"].to_numpy() == KERNEL) & (iteration >= 0)
+    name_ids = work["name_id"].to_numpy()[kernels]
+    tc = ctx.kernel_uses_tc.reindex(name_ids).fillna(False).to_numpy(dtype=bool)
+    gpu = (work["end"] - work["start"]).to_numpy()[kernels].astype(np.float64)
+    k_iter = iteration[kernels]
+    all_ns = np.bincount(k_iter, weights=gpu, minlength=len(bd))[: len(bd)]
+    tc_ns = np.bincount(k_iter[tc], weights=gpu[tc], minlength=len(bd))[: len(bd)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame["iteration/tensor_core_kernel_pct"] = np.where(all_ns > 0, 100.0 * tc_ns / all_ns, np.nan)
+    frame["iteration/kernel_count"] = bd["kernel_count"].to_numpy(dtype=np.float64)
+    for name in (*CLASSES, "other"):
+        frame[f"duration_ms/{name}"] = bd[name].to_numpy(dtype=np.float64) / NS_PER_MS
+    ops = op_type_scalars(ctx)
+    # An iteration without a charted op type spent no GPU time in it: 0, not a gap.
+    return frame.join(ops).fillna({column: 0.0 for column in ops.columns})
+
+
+def op_type_scalars(ctx: ReportContext) -> pd.DataFrame:
+    """GPU time per iteration of the top op types (empty frame when no op is known)."""
+    work = ctx.work
+    op_type = ctx.work_ops["Op Type"].to_numpy()
+    iteration = work["iteration"].to_numpy()
+    known = (iteration >= 0) & (op_type != "") & pd.notna(op_type)
+    if not known.any():
+        return pd.DataFrame(index=pd.Index([], name="iteration"))
+    frame = pd.DataFrame({
+        "iteration": iteration[known],
+        "op_type": op_type[known],
+        "gpu": (work["end"] - work["start"]).to_numpy()[known],
+    })
+    per = frame.groupby(["iteration", "op_type"])["gpu"].sum().unstack("op_type", fill_value=0)
+    selected = per[ctx.iterations.in_selection(per.index.to_numpy())]
+    top = selected.sum().sort_values(ascending=False, kind="stable").index[:TOP_OP_TYPES]
+    per = per[top] / NS_PER_MS
+    per.columns = [f"{OP_TYPE_PREFIX}{name}" for name in per.columns]
+    return per
+
+
+# --- Markdown -----------------------------------------------------------------------------------
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+
+
+def md_escape(text: str) -> str:
+    """Text safe in a Markdown table cell: no emphasis, links, code or cell breaks; HTML as entities."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", " ")
+
+
+def md_cell(value: object) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):,.1f}"
+    return md_escape(str(value))
+
+
+def md_table(table: pd.DataFrame, note: str = "") -> str:
+    """One Markdown table (numbers right-aligned); `note` is a line above it."""
+    # Columns empty in every row (op columns before ops are known) carry nothing.
+    columns = [c for c in table.columns if not TEXT_SKIP_COLUMNS.fullmatch(str(c))
+               and not table[c].isna().all() and not (table[c].astype(str) == "").all()]
+    numeric = [pd.api.types.is_numeric_dtype(table[c].dtype) and not pd.api.types.is_bool_dtype(table[c].dtype)
+               for c in columns]
+    lines = [f"_{md_escape(note)}_", ""] if note else []
+    lines.append("| " + " | ".join(md_escape(str(c)) for c in columns) + " |")
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    for row in table[columns].itertuples(index=False):  # at most TEXT_ROWS rows
+        lines.append("| " + " | ".join(md_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def section_markdown(section: Section) -> str:
+    table = section.table
+    if len(table) > TEXT_ROWS:
+        note = f"first {TEXT_ROWS} of {len(table):,} rows; the full table is in the CSV/JSON report"
+        return md_table(table.head(TEXT_ROWS), note)
+    return md_table(table)
+
+
+def metadata_table(info: RunInfo, reports: Sequence[Report]) -> pd.DataFrame:
+    ctx = info.context
+    assert ctx is not None
+    gpus = ctx.profile.gpus
+    gpu_names = ", ".join(str(n) for n in gpus["name"]) if len(gpus) else "(none recorded)"
+    first, last = info.iteration_window_ns
+    rows = [
+        ("Profile name", info.profile_name),
+        ("Source file", info.source),
+        ("NSys version", info.nsys_version or "(not recorded in the export)"),
+        ("GPUs", f"{len(gpus)}: {gpu_names}"),
+        ("Key node", info.key_node or "(not found)"),
+        ("Key node chosen by", info.key_node_reason),
+        ("Iterations", info.iterations_total),
+        ("Aggregated iterations", f"{info.iter_start} to {info.iter_stop}"),
+        ("Aggregated window (ns)", f"{first} to {last}"),
+        ("Reports", ", ".join(r.name for r in reports)),
+        ("dlagg version", info.dlagg_version),
+    ]
+    return pd.DataFrame({"Name": [r[0] for r in rows], "Value": pd.Series([r[1] for r in rows], dtype=object)})
+
+
+def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
+    """Text tag -> Markdown, in display order."""
+    texts = {"run/metadata": md_table(metadata_table(info, reports))}
+    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
+    if warnings:
+        texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
+    for report in reports:
+        if report.name in TEXT_SKIP_REPORTS:
+            continue
+        for section in report.sections:
+            texts[f"{report.name}/{section.title}"] = section_markdown(section)
+    return texts
+
+
+# --- Layout and event files ---------------------------------------------------------------------
+
+
+def scalars_layout(tags: Sequence[str]):  # -> layout_pb2.Layout (imported lazily)
+    """Custom-scalars layout, the same for every profile so layouts of several runs merge cleanly."""
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    def chart(title: str, *patterns: str) -> layout_pb2.Chart:
+        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
+
+    categories = [
+        layout_pb2.Category(title="Iterations", chart=[
+            chart("Iteration time (ms)", r"^iteration/time_ms$"),
+            chart("GPU utilization (%)", r"^iteration/gpu_utilization_pct$"),
+            chart("Tensor Core kernel share of kernel GPU time (%)", r"^iteration/tensor_core_kernel_pct$"),
+            chart("Kernels launched", r"^iteration/kernel_count$"),
+        ]),
+        layout_pb2.Category(title="Where the iteration time goes (ms)", chart=[
+            chart("All classes", r"^duration_ms/"),
+            *(chart(title.capitalize(), rf"^duration_ms/{name}$") for name, title in DURATION_TITLES.items()),
+        ]),
+    ]
+    if any(t.startswith(OP_TYPE_PREFIX) for t in tags):
+        categories.append(layout_pb2.Category(title="Op types", chart=[
+            chart(f"GPU time of the top {TOP_OP_TYPES} op types (ms)", rf"^{re.escape(OP_TYPE_PREFIX)}"),
+        ]))
+    return layout_pb2.Layout(category=categories)
+
+
+def _write_run(folder: Path, events: list) -> Path:
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    events_writer = EventFileWriter(str(folder))
+    try:
+        for event in events:
+            events_writer.add_event(event)
+    finally:
+        events_writer.close()
+    (path,) = folder.glob("events.out.tfevents.*")  # the folder is new: exactly this writer's file
+    return path
+
+
+def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
+    """One event per iteration holding every defined scalar; descriptions on each tag's first value."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+
+    events = []
+    described: set[str] = set()
+    for step, row in zip(values.index.to_numpy(), values.to_numpy(), strict=True):  # one per iteration
+        summary = summary_pb2.Summary()
+        for tag, value in zip(values.columns, row, strict=True):
+            if np.isnan(value):
+                continue
+            description = None
+            if tag not in described:
+                described.add(tag)
+                description = SCALAR_DESCRIPTIONS.get(tag, OP_TYPE_DESCRIPTION)
+            summary.value.extend(scalar_pb(tag, np.float32(value), description).value)
+        events.append(event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary))
+    return events
+
+
+def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], wall_time: float) -> list:
+    """Step 0: the text dashboards and the custom-scalars layout."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.custom_scalar import metadata as layout_metadata
+    from tensorboard.plugins.text.summary_v2 import text_pb
+    from tensorboard.util import tensor_util
+
+    summary = summary_pb2.Summary()
+    for tag, markdown in text_dashboards(reports, info).items():
+        summary.value.extend(text_pb(tag, markdown).value)
+    # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
+    summary.value.add(
+        tag=layout_metadata.CONFIG_SUMMARY_TAG,
+        metadata=layout_metadata.create_summary_metadata(),
+        tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
+    )
+    return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
+
+
+def _swap_in(built: Path, final: Path) -> None:
+    """Put the folder `built` at `final`, replacing whatever is there, by renames."""
+    old = None
+    if final.exists() or final.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+        os.replace(final, old / final.name)
+    os.replace(built, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@writer("tensorboard")
+class TensorboardWriter:
+    """TensorBoard event files: per-iteration scalars, custom-scalars layout, Markdown report tables."""
+
+    name = "tensorboard"
+
+    def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
+        return [out_dir / profile_name]
+
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+        ctx = info.context
+        if ctx is None:
+            raise TypeError("the TensorBoard writer needs RunInfo.context (the run's ReportContext)")
+        values = iteration_scalars(ctx)
+        steps = values.index.to_numpy()
+        wall_time = time.time()
+        main_events = _static_events(reports, info, list(values.columns), wall_time)
+        main_events += _scalar_events(values[ctx.iterations.in_selection(steps)], wall_time)
+        outside = {BEFORE_RUN: values[steps < ctx.iterations.start], AFTER_RUN: values[steps > ctx.iterations.stop]}
+        final = out_dir / info.profile_name
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the run folder gets the usual permissions
+        except OSError as exc:
+            raise OutputError(f"{out_dir}: cannot create the event-file folder ({exc.strerror}); "
+                              "choose another --output_path or --tb_dir") from None
+        try:
+            written = [_write_run(staging, main_events)]
+            for run, part in outside.items():
+                if len(part):
+                    written.append(_write_run(staging / run, _scalar_events(part, wall_time)))
+            _swap_in(staging, final)
+        except OSError as exc:
+            raise OutputError(f"{final}: cannot write TensorBoard event files ({exc.strerror}); "
+                              "choose another --output_path or --tb_dir") from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return [final / path.relative_to(staging) for path in written]

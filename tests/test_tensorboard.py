@@ -1,0 +1,340 @@
+"""TensorBoard event files, read back with TensorBoard's own EventAccumulator, equal the CSV/JSON reports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlagg.errors import OutputError
+from dlagg.model import Iterations
+from dlagg.options import Options
+from dlagg.pipeline import run
+from dlagg.writers.tensorboard_writer import TEXT_ROWS, md_escape, md_table, op_type_scalars
+
+from .conftest import recording
+
+START, STOP = 3, 12  # resnet_amp has 15 iterations: some before and some after the aggregated range
+CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
+SCALAR_TAGS = {"iteration/time_ms", "iteration/gpu_utilization_pct", "iteration/tensor_core_kernel_pct",
+               "iteration/kernel_count", *(f"duration_ms/{c}" for c in CLASSES)}
+DURATION_LABELS = {"tc_kernel": "Tensor Core Kernel Duration %", "kernel": "Non-Tensor Core Kernel Duration %",
+                   "memory": "Memory Duration %", "dataloader": "Dataloader Duration %", "io": "IO Duration %",
+                   "cpu": "CPU Duration %", "other": "Other Duration %"}
+# Reports round percentages to one decimal; event files hold float32 (7 significant digits).
+PCT_TOL = 0.05 + 1e-4
+F32_REL = 1e-6
+
+
+@dataclass(frozen=True)
+class TbRun:
+    scalars: dict[str, pd.Series]  # tag -> values indexed by step
+    texts: dict[str, str]  # tag -> Markdown
+    layout: object | None  # layout_pb2.Layout
+    files: list[Path]
+
+
+def read_run(folder: Path) -> TbRun:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    scalars: dict[str, pd.Series] = {}
+    texts: dict[str, str] = {}
+    layout = None
+    for tag in acc.Tags()["tensors"]:
+        plugin = acc.SummaryMetadata(tag).plugin_data.plugin_name
+        events = acc.Tensors(tag)
+        values = [tensor_util.make_ndarray(e.tensor_proto) for e in events]
+        if plugin == "scalars":
+            scalars[tag] = pd.Series([float(v) for v in values], index=[e.step for e in events])
+        elif plugin == "text":
+            (value,) = values
+            texts[tag] = value.item().decode()
+        elif plugin == "custom_scalars":
+            layout = layout_pb2.Layout.FromString(values[0].item())
+    return TbRun(scalars, texts, layout, sorted(folder.glob("events.out.tfevents.*")))
+
+
+def parse_md_table(markdown: str) -> pd.DataFrame:
+    """The Markdown table in `markdown` back as strings (escapes undone, thousands separators kept)."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+
+    def cells(line: str) -> list[str]:
+        parts = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        return [re.sub(r"\\(.)", r"\1", p.strip()).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+                for p in parts]
+
+    return pd.DataFrame([cells(line) for line in lines[2:]], columns=cells(lines[0]))
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def report_json(out: Path, name: str) -> dict:
+    return json.loads((out / f"dlagg_{name}.json").read_text())
+
+
+def section_frame(doc: dict, title: str) -> pd.DataFrame:
+    (section,) = [s for s in doc["sections"] if s["title"] == title]
+    return pd.DataFrame(section["rows"], columns=[c["name"] for c in section["columns"]])
+
+
+def kv(doc: dict, title: str) -> dict[str, object]:
+    frame = section_frame(doc, title)
+    return dict(zip(frame["Name"], frame["Value"], strict=True))
+
+
+def per_iteration_from_iteration_report(out: Path) -> pd.DataFrame:
+    """Kernel count and TC share per iteration, computed from the iteration report's rows."""
+    rows = section_frame(report_json(out, "iteration"), "Iteration Report")
+    gpu = rows["GPU Duration (ns)"].astype(float)
+    tc = gpu.where(rows["Uses TC"] == "yes", 0.0)
+    grouped = pd.DataFrame({"it": rows["Iteration"], "gpu": gpu, "tc": tc}).groupby("it")
+    return pd.DataFrame({"count": grouped.size(), "tc_pct": 100 * grouped["tc"].sum() / grouped["gpu"].sum()})
+
+
+@pytest.fixture(scope="module")
+def amp(tmp_path_factory) -> Path:
+    """resnet_amp, --reports=all, iterations 3..12 aggregated."""
+    out = tmp_path_factory.mktemp("amp")
+    run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("csv", "json"), output_path=out,
+                iter_start=START, iter_stop=STOP, verbosity="quiet"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def amp_all(tmp_path_factory) -> Path:
+    """resnet_amp, every iteration aggregated: the iteration report then covers all 15."""
+    out = tmp_path_factory.mktemp("amp_all")
+    run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("json",), output_path=out,
+                verbosity="quiet"))
+    return out
+
+
+def test_one_run_per_profile_with_the_iterations_outside_the_range_apart(amp: Path) -> None:
+    folder = amp / "event_files" / "dlagg"
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["after_iter_stop", "before_iter_start"]
+    main, before, after = read_run(folder), read_run(folder / "before_iter_start"), read_run(folder / "after_iter_stop")
+    assert len(main.files) == len(before.files) == len(after.files) == 1
+    assert set(main.scalars) == SCALAR_TAGS  # no op types while ops are unknown
+    for tag in SCALAR_TAGS:
+        assert list(main.scalars[tag].index) == list(range(START, STOP + 1))
+        assert list(before.scalars[tag].index) == list(range(START))
+        assert list(after.scalars[tag].index) == [13, 14]
+    assert not before.texts and not after.texts and before.layout is None
+    # Nothing else under the folder (no staging leftovers TensorBoard would show as runs).
+    assert sorted(p.name for p in (amp / "event_files").iterdir()) == ["dlagg"]
+
+
+def test_aggregated_scalars_equal_the_summary_report(amp: Path) -> None:
+    main = read_run(amp / "event_files" / "dlagg")
+    summary = report_json(amp, "summary")
+    totals = kv(summary, "Summary Report")
+    its = kv(summary, "Iterations")
+    time_ms = main.scalars["iteration/time_ms"]
+    wall = float(totals["Wall Clock Time (ns)"])
+    assert time_ms.sum() * 1e6 == pytest.approx(wall, rel=F32_REL)
+    assert time_ms.mean() * 1e6 == pytest.approx(its["Average Iteration Time (ns)"], rel=F32_REL)
+    assert time_ms.std(ddof=0) * 1e6 == pytest.approx(its["Iteration Time Standard Deviation"], rel=1e-5)
+    util = (main.scalars["iteration/gpu_utilization_pct"] * time_ms).sum() / time_ms.sum()
+    assert util == pytest.approx(totals["GPU Utilization %"], abs=PCT_TOL)
+    parts = sum(main.scalars[f"duration_ms/{c}"] for c in CLASSES)
+    np.testing.assert_allclose(parts.to_numpy(), time_ms.to_numpy(), rtol=1e-5)  # the classes partition time
+    for name, label in DURATION_LABELS.items():
+        share = 100 * main.scalars[f"duration_ms/{name}"].sum() / time_ms.sum()
+        assert share == pytest.approx(totals[label], abs=PCT_TOL), name
+
+
+def test_kernel_count_and_tc_share_equal_the_iteration_report(amp: Path, amp_all: Path) -> None:
+    folder = amp / "event_files" / "dlagg"
+    runs = [read_run(folder), read_run(folder / "before_iter_start"), read_run(folder / "after_iter_stop")]
+    count = pd.concat([r.scalars["iteration/kernel_count"] for r in runs]).sort_index()
+    tc_pct = pd.concat([r.scalars["iteration/tensor_core_kernel_pct"] for r in runs]).sort_index()
+    # Aggregated range: the iteration report of the same run; every iteration: the run aggregating all.
+    aggregated = per_iteration_from_iteration_report(amp)
+    assert list(aggregated.index) == list(range(START, STOP + 1))
+    expected = per_iteration_from_iteration_report(amp_all)
+    assert list(expected.index) == list(range(15))
+    assert count.astype(int).to_dict() == expected["count"].to_dict()
+    assert count.loc[START:STOP].astype(int).to_dict() == aggregated["count"].to_dict()
+    np.testing.assert_allclose(tc_pct.to_numpy(), expected["tc_pct"].to_numpy(), rtol=F32_REL)
+    assert 0 < tc_pct.min() < 100  # resnet_amp mixes Tensor Core GEMMs with other kernels
+
+
+def test_text_dashboards_equal_the_reports(amp: Path) -> None:
+    main = read_run(amp / "event_files" / "dlagg")
+    assert not any(tag.startswith("iteration/") for tag in main.texts)  # one row per launch: charted instead
+    summary = report_json(amp, "summary")
+    for section in summary["sections"]:
+        table = parse_md_table(main.texts[f"summary/{section['title']}"])
+        expected = section_frame(summary, section["title"])
+        assert len(table) == len(expected)
+        for column in expected.columns:
+            for shown, value in zip(table[column], expected[column], strict=True):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    assert number(shown) == pytest.approx(value, abs=0.05), (column, shown, value)
+                else:
+                    assert shown == str(value)
+
+    kernels = section_frame(report_json(amp, "kernel"), "Kernel Report")
+    markdown = main.texts["kernel/Kernel Report"]
+    assert f"first {TEXT_ROWS} of {len(kernels):,} rows" in markdown
+    shown = parse_md_table(markdown)
+    head = kernels.head(TEXT_ROWS)
+    assert shown["Kernel Name"].tolist() == head["Kernel Name"].tolist()
+    assert [int(number(v)) for v in shown["Total GPU Time (ns)"]] == head["Total GPU Time (ns)"].tolist()
+    assert shown["Calls"].map(number).astype(int).tolist() == head["Calls"].tolist()
+    assert "Long Kernel Name" not in shown.columns and "Op Name" not in shown.columns  # too wide / empty
+
+
+def test_metadata_dashboard(amp: Path) -> None:
+    meta = parse_md_table(read_run(amp / "event_files" / "dlagg").texts["run/metadata"])
+    values = dict(zip(meta["Name"], meta["Value"], strict=True))
+    summary = report_json(amp, "summary")
+    assert values["Source file"] == summary["source"] == "resnet_amp.sqlite"
+    assert values["NSys version"] == summary["nsys_version"] == "2022.4.2.1"
+    assert values["GPUs"] == f"1: {kv(summary, 'System Config')['GPU Name(s)']}"
+    assert values["Key node"] == summary["key_node"] == "train_step"
+    assert values["Aggregated iterations"] == f"{START} to {STOP}"
+    assert values["Iterations"] == "15"
+    assert values["dlagg version"] == summary["dlagg_version"]
+    assert set(values["Reports"].split(", ")) >= {"summary", "kernel", "iteration"}
+
+
+def test_custom_scalars_layout_charts_every_written_tag(amp: Path) -> None:
+    main = read_run(amp / "event_files" / "dlagg")
+    assert main.layout is not None
+    patterns = [tag for cat in main.layout.category for chart in cat.chart for tag in chart.multiline.tag]
+    for pattern in patterns:
+        assert any(re.match(pattern, tag) for tag in main.scalars), pattern
+    for tag in main.scalars:
+        assert any(re.match(pattern, tag) for pattern in patterns), tag
+    assert [c.title for c in main.layout.category][:2] == ["Iterations", "Where the iteration time goes (ms)"]
+
+
+def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> None:
+    run(Options(nsys_database=recording("resnet_amp"), reports=("kernel",), output_path=tmp_path, verbosity="quiet"))
+    main = read_run(tmp_path / "event_files" / "dlagg")
+    assert set(main.scalars) == SCALAR_TAGS
+    assert list(main.scalars["iteration/time_ms"].index) == list(range(15))
+    assert set(main.texts) == {"run/metadata", "kernel/Kernel Report"}
+
+
+def test_tb_dir_and_profiles_side_by_side(tmp_path: Path) -> None:
+    for name in ("resnet_fp32", "resnet_amp"):
+        run(Options(nsys_database=recording(name), reports=("summary",), output_path=tmp_path, profile_name=name,
+                    tb_dir="tb", verbosity="quiet"))
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["resnet_amp", "resnet_fp32"]
+    fp32 = read_run(tmp_path / "tb" / "resnet_fp32").scalars["iteration/tensor_core_kernel_pct"]
+    amp = read_run(tmp_path / "tb" / "resnet_amp").scalars["iteration/tensor_core_kernel_pct"]
+    assert fp32.max() == 0 and amp.min() > 0  # FP32 with TF32 off uses no Tensor Cores; AMP does
+
+
+def test_existing_event_folder_needs_force_and_is_replaced_whole(tmp_path: Path, monkeypatch) -> None:
+    options = Options(nsys_database=recording("cuda_basic"), reports=("summary",), output_path=tmp_path,
+                      suppress_tb_files=False, verbosity="quiet")
+    run(options)
+    folder = tmp_path / "event_files" / "dlagg"
+    stale = folder / "events.out.tfevents.1.stale.1.0"
+    stale.write_bytes(b"")
+    (tmp_path / "dlagg_summary.csv").unlink()  # only the event folder is in the way now
+
+    def must_not_read(*args, **kwargs):
+        raise AssertionError("the database was read before the --force check")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("dlagg.pipeline.load_profile", must_not_read)
+        with pytest.raises(OutputError, match=r"event_files/dlagg: already exists; pass --force"):
+            run(options)
+    run(Options(**{**options.__dict__, "force": True}))
+    assert not stale.exists()
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 1
+    assert sorted(p.name for p in (tmp_path / "event_files").iterdir()) == ["dlagg"]
+
+
+def test_suppressed_and_blocked_event_folders(tmp_path: Path) -> None:
+    run(Options(nsys_database=recording("cuda_basic"), reports=("summary",), output_path=tmp_path,
+                suppress_tb_files=True, verbosity="quiet"))
+    assert not (tmp_path / "event_files").exists()
+    (tmp_path / "tb").write_text("not a folder")
+    with pytest.raises(OutputError, match="is a file, not a folder"):
+        run(Options(nsys_database=recording("cuda_basic"), reports=("summary",), output_path=tmp_path, tb_dir="tb",
+                    force=True, verbosity="quiet"))
+
+
+def test_export_without_kernels_charts_cpu_time_only(tmp_path: Path) -> None:
+    run(Options(nsys_database=recording("cpu_nvtx_numpy"), reports=("all",), output_path=tmp_path,
+                verbosity="quiet"))
+    main = read_run(tmp_path / "event_files" / "dlagg")
+    assert "iteration/tensor_core_kernel_pct" not in main.scalars  # undefined without kernels: not written as 0
+    assert main.scalars["iteration/kernel_count"].max() == 0
+    assert main.scalars["iteration/gpu_utilization_pct"].max() == 0
+    assert main.scalars["iteration/time_ms"].min() > 0
+
+
+def test_tensorboard_is_imported_only_by_the_writer() -> None:
+    code = ("import sys, dlagg.cli, dlagg.pipeline; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'tensorflow', 'google')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_markdown_cells_are_escaped_and_formatted() -> None:
+    assert md_escape("void f<a_b>(int*) | [x]") == r"void f&lt;a\_b&gt;(int\*) \| \[x\]"
+    table = pd.DataFrame({
+        "Kernel Name": ["k_1", "k|2"],
+        "Op Name": ["", ""],  # empty in every row: dropped
+        "Total GPU Time (ns)": [1234567, 5],
+        "Avg GPU Time (ns)": [1.25, np.nan],
+        "Min GPU Time (ns)": [1, 2],  # min/max stay in the CSV
+        "Uses TC": [True, False],
+        "Long Kernel Name": ["x", "y"],
+    })
+    assert md_table(table, note="top rows").splitlines() == [
+        "_top rows_",
+        "",
+        "| Kernel Name | Total GPU Time (ns) | Avg GPU Time (ns) | Uses TC |",
+        "|---|---:|---:|---|",
+        r"| k\_1 | 1,234,567 | 1.2 | yes |",
+        r"| k\|2 | 5 |  | no |",
+    ]
+
+
+def _ctx(op_types: list[str], iterations: list[int], gpu_ns: list[int], start: int, stop: int) -> SimpleNamespace:
+    n = len(op_types)
+    work = pd.DataFrame({"start": np.zeros(n, dtype=np.int64), "end": np.asarray(gpu_ns, dtype=np.int64),
+                         "iteration": np.asarray(iterations, dtype=np.int64)})
+    ops = pd.DataFrame({"Op Type": np.asarray(op_types, dtype=object)})
+    windows = np.arange(0, 50, 10, dtype=np.int64)
+    its = Iterations("k", "test", windows, windows + 10, start, stop)
+    return SimpleNamespace(work=work, work_ops=ops, iterations=its)
+
+
+def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkeypatch) -> None:
+    monkeypatch.setattr("dlagg.writers.tensorboard_writer.TOP_OP_TYPES", 2)
+    ctx = _ctx(["conv", "conv", "gemm", "relu", "", "relu", "conv", "relu"],
+               [1, 1, 1, 2, 2, 0, 2, -1],
+               [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
+    frame = op_type_scalars(ctx)
+    # In iterations 1..2: conv 4 ms, gemm 2.5 ms, relu 0.5 ms (relu's 9 ms in iteration 0 and outside don't count).
+    assert list(frame.columns) == ["op_type_gpu_ms/conv", "op_type_gpu_ms/gemm"]
+    assert frame.loc[1].tolist() == [3.0, 2.5]
+    assert frame.loc[2].tolist() == [1.0, 0.0]
+    assert frame.loc[0].tolist() == [0.0, 0.0]  # iteration 0 ran only relu
+    assert list(frame.index) == [0, 1, 2]
+
+
+def test_no_ops_no_op_type_series() -> None:
+    assert op_type_scalars(_ctx(["", ""], [0, 1], [5, 5], 0, 1)).empty

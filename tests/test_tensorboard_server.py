@@ -1,0 +1,140 @@
+"""The real TensorBoard serves dlagg's event files: scalars, text dashboards and the custom-scalars layout.
+
+Starts ``python -m tensorboard.main`` on 127.0.0.1 with a free port, asks its HTTP API (what the
+browser asks), and always stops it (its whole process group: TensorBoard may start a data server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from dlagg.options import Options
+from dlagg.pipeline import run
+
+from .conftest import recording
+
+START, STOP = 3, 12
+# TensorBoard imports and loads the folder in a few seconds; a slow CI machine gets a margin.
+STARTUP_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 10
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get(base: str, path: str, **params: str) -> object:
+    url = f"{base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = response.read().decode()
+    return json.loads(body)
+
+
+@contextmanager
+def tensorboard(logdir: Path, log: Path, expected_runs: set[str]) -> Iterator[str]:
+    port = free_port()
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+             "--port", str(port)],
+            stdout=stderr, stderr=stderr, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"tensorboard exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                tags = get(base, "/data/plugin/scalars/tags")
+                if expected_runs <= set(tags) and all(tags[r] for r in expected_runs):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"tensorboard did not serve {sorted(expected_runs)} within {STARTUP_TIMEOUT_S} s: "
+                            f"{log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    out = tmp_path_factory.mktemp("served")
+    run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("json",), output_path=out,
+                iter_start=START, iter_stop=STOP, verbosity="quiet"))
+    runs = {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
+    with tensorboard(out / "event_files", out / "tensorboard.log", runs) as base:
+        yield base, out
+
+
+def report(out: Path, name: str, title: str) -> list[list[object]]:
+    doc = json.loads((out / f"dlagg_{name}.json").read_text())
+    (section,) = [s for s in doc["sections"] if s["title"] == title]
+    return section["rows"]
+
+
+def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    assert set(get(base, "/data/runs")) == {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
+    series = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/time_ms")
+    assert [step for _, step, _ in series] == list(range(START, STOP + 1))
+    summary = dict(report(out, "summary", "Summary Report"))
+    assert sum(v for _, _, v in series) * 1e6 == pytest.approx(summary["Wall Clock Time (ns)"], rel=1e-6)
+    before = get(base, "/data/plugin/scalars/scalars", run="dlagg/before_iter_start", tag="iteration/kernel_count")
+    assert [step for _, step, _ in before] == list(range(START))
+    counts = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/kernel_count")
+    launches = [row[0] for row in report(out, "iteration", "Iteration Report")]  # column 0: Iteration
+    assert [int(v) for _, _, v in counts] == [launches.count(i) for i in range(START, STOP + 1)]
+    tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
+    assert "Wall-clock time of the iteration" in tags["iteration/time_ms"]["description"]
+
+
+def test_text_dashboards_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    tags = get(base, "/data/plugin/text/tags")["dlagg"]
+    assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report"} <= set(tags)
+    (summary,) = get(base, "/data/plugin/text/text", run="dlagg", tag="summary/Summary Report")
+    wall = dict(report(out, "summary", "Summary Report"))["Wall Clock Time (ns)"]
+    assert "<table>" in summary["text"] and "<td>Wall Clock Time (ns)</td>" in summary["text"]
+    assert f"{wall:,}" in summary["text"]
+    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report")
+    first = report(out, "kernel", "Kernel Report")[0][0]
+    assert "_" in first and f"<td>{first}</td>" in kernels["text"]  # underscores shown, not turned into emphasis
+    (meta,) = get(base, "/data/plugin/text/text", run="dlagg", tag="run/metadata")
+    assert "<td>resnet_amp.sqlite</td>" in meta["text"] and f"<td>{START} to {STOP}</td>" in meta["text"]
+
+
+def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
+    base, _ = served
+    layout = get(base, "/data/plugin/custom_scalars/layout")
+    titles = [c["title"] for c in layout["category"]]
+    assert titles == ["Iterations", "Where the iteration time goes (ms)"]  # no op types while ops are unknown
+    chart = layout["category"][1]["chart"][0]
+    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=chart["multiline"]["tag"][0])
+    assert data["regex_valid"]
+    assert set(data["tag_to_events"]) == {f"duration_ms/{c}" for c in
+                                          ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")}
