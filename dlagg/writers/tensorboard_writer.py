@@ -234,7 +234,7 @@ def scalars_layout(tags: Sequence[str]):  # -> layout_pb2.Layout (imported lazil
         ]),
         layout_pb2.Category(title="Where the iteration time goes (ms)", chart=[
             chart("All classes", r"^duration_ms/"),
-            *(chart(title.capitalize(), rf"^duration_ms/{name}$") for name, title in DURATION_TITLES.items()),
+            *(chart(title[0].upper() + title[1:], rf"^duration_ms/{name}$") for name, title in DURATION_TITLES.items()),
         ]),
     ]
     if any(t.startswith(OP_TYPE_PREFIX) for t in tags):
