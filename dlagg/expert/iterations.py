@@ -1,0 +1,103 @@
+"""Detectors about the iteration split itself: key node not found, unsteady aggregated range."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..timeline.iterations import ranges
+from .base import HIGH, Finding, detector, iteration_list, ms, quoted, require
+from .facts import Facts
+
+# Fewer aggregated iterations than this give no median that could call the others outliers.
+VARIATION_MIN_ITERATIONS = 4
+# An iteration slower than this multiple of the median is an outlier. Steady steps in our
+# recordings stay within 1.3x of their median (resnet: 1.16-1.26x, dataloader_bound: 1.26x),
+# whereas start-up steps (library initialisation, allocator growth, cuDNN autotuning) take 2x
+# to 1000x (no_emit_nvtx: 6x and 900x, cuda_graph: 5x).
+VARIATION_OUTLIER_FACTOR = 1.5
+# A proposed steady range keeps at least this many iterations, or it is not worth proposing.
+VARIATION_MIN_STEADY = 3
+
+
+@detector("key_node")
+def key_node_not_found(facts: Facts) -> list[Finding]:
+    """DLProf's no_iterations_detector: without a key node every figure covers the whole profile."""
+    its = facts.iterations
+    if its.found:
+        return []
+    n_ranges = len(ranges(facts.profile))
+    if its.candidates:
+        recommendation = (f"Set --key_node to the NVTX range that encloses one training step. The most frequent "
+                          f"top-level ranges in this profile are {quoted(its.candidates)}, e.g. "
+                          f"--key_node={its.candidates[0]}; '*' matches numbered steps (--key_node='ProfilerStep#*').")
+    else:
+        recommendation = ("Wrap each training step in one NVTX range (torch.cuda.nvtx.range_push('train_step') / "
+                          "range_pop(), or nvtx.annotate), record with 'nsys profile -t cuda,nvtx', then pass "
+                          "--key_node=train_step.")
+    wall = facts.profile.meta.end - facts.profile.meta.start
+    return [Finding(
+        detector="key_node",
+        problem=f"Unable to split profile into training iterations: {its.reason}",
+        recommendation=recommendation,
+        evidence=(f"{n_ranges:,} NVTX ranges in the profile; the whole profile ({ms(wall)}) is aggregated as one "
+                  "iteration 0, so per-iteration figures in every report cover start-up and tear-down too"),
+        time_at_stake_ns=None,
+        estimate="not estimated: without iterations there is no per-iteration time",
+        iterations="0",
+        severity=HIGH,
+    )]
+
+
+@detector("iteration_variation")
+def iteration_variation(facts: Facts) -> list[Finding]:
+    """Warm-up or outlier iterations in the aggregated range; proposes a steady range."""
+    its = facts.iterations
+    require(its.found, "iterations (the key node was not found)")
+    durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
+    numbers = facts.aggregated
+    if len(durations) < VARIATION_MIN_ITERATIONS:
+        return []
+    median = float(np.median(durations))
+    outlier = durations > VARIATION_OUTLIER_FACTOR * median
+    if not outlier.any():
+        return []
+    # Leading and trailing outliers can be cut off with --iter_start/--iter_stop; others cannot.
+    first = int(np.argmin(outlier))
+    last = len(outlier) - 1 - int(np.argmin(outlier[::-1]))
+    steady = slice(first, last + 1)
+    inner = numbers[steady][outlier[steady]]
+    if last - first + 1 < VARIATION_MIN_STEADY:
+        return []
+    stake = float(durations.mean() - durations[steady].mean())
+    slow = numbers[outlier]
+    took = (ms(durations[outlier].max()) if len(slow) == 1
+            else f"{ms(durations[outlier].min())} to {ms(durations[outlier].max())}")
+    evidence = (f"median iteration {ms(median)}; iteration{'s' if len(slow) > 1 else ''} {iteration_list(slow)} "
+                f"take{'s' if len(slow) == 1 else ''} {took} (more than "
+                f"{VARIATION_OUTLIER_FACTOR}x the median); mean over {its.start}-{its.stop}: {ms(durations.mean())}, "
+                f"over {numbers[first]}-{numbers[last]}: {ms(durations[steady].mean())} "
+                "(summary: Average Iteration Time, Iteration Time Standard Deviation)")
+    if first > 0 or last < len(durations) - 1:
+        recommendation = (f"Aggregate the steady iterations only: --iter_start={numbers[first]} "
+                          f"--iter_stop={numbers[last]}. Early iterations include start-up work (CUDA context and "
+                          "library initialisation, memory allocation, cuDNN autotuning) that later steps do not "
+                          "repeat.")
+        if len(inner):
+            recommendation += (f" Iterations {iteration_list(inner)} stay inside that range: look for periodic work "
+                                "there (logging, checkpoints, evaluation, garbage collection).")
+    else:
+        recommendation = (f"Iterations {iteration_list(inner)} are slow but surrounded by steady ones, so no "
+                          "iteration range excludes them: look for periodic work there (logging, checkpoints, "
+                          "evaluation, garbage collection) and compare them with a steady iteration in the "
+                          "iteration report.")
+    return [Finding(
+        detector="iteration_variation",
+        problem=(f"The aggregated iteration range of {its.start} to {its.stop} contains a lot of variation: "
+                 f"{int(outlier.sum())} iteration(s) take more than {VARIATION_OUTLIER_FACTOR}x the median"),
+        recommendation=recommendation,
+        evidence=evidence,
+        time_at_stake_ns=stake,
+        estimate=("mean aggregated iteration time minus the mean over the proposed range: how much the outliers "
+                  "inflate every per-iteration average in the reports (a measurement error, not a speed-up)"),
+        iterations=iteration_list(slow),
+    )]

@@ -1,0 +1,159 @@
+"""Where the step's time goes at the coarsest level: GPU idle, data loading, dominant kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..classify import DATALOADER_RANGE
+from ..reports.summary import DURATION_LABELS
+from ..timeline.iterations import ranges
+from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
+from .facts import Facts
+
+# torch-tb-profiler recommends a larger batch when GPU utilization is below 50%; below that the
+# GPU idles more than it works, which no kernel-level tuning can fix.
+UNDERUTILIZED_MAX_BUSY = 0.5
+# torch-tb-profiler's DataLoader rule: data loading above 5% of the step is worth moving off
+# the critical path (it is usually cheap to hide with worker processes).
+INPUT_MIN_SHARE = 0.05
+# "A few kernels": as many as a user can study one by one in Nsight Compute.
+DOMINANT_TOP = 3
+# ... taking at least half the GPU time: then tuning those alone moves the GPU total.
+DOMINANT_SHARE = 0.5
+# Below this share of the iteration, faster kernels would not change the step measurably.
+DOMINANT_MIN_STAKE = MEDIUM_SHARE
+
+IDLE_CLASSES = {
+    "dataloader": "dataloader",
+    "io": "I/O",
+    "cpu": "CPU",
+    "other": "other",
+}
+IDLE_ADVICE = {
+    "dataloader": ("Most idle time is spent loading data: investigate the input pipeline (see the input-pipeline "
+                   "finding): worker processes, pinned memory, prefetching, or NVIDIA DALI."),
+    "io": ("Most idle time is spent in file or socket I/O: take checkpoints, logging and data reads off the "
+           "training step (background threads, asynchronous checkpointing, local copies of the data set)."),
+    "cpu": ("Most idle time is host work (CUDA API calls and annotated CPU ranges): replace CPU ops with GPU "
+            "ops, give each launch more work (larger batch, fused ops), and see the launch-bound and "
+            "host-synchronisation findings."),
+    "other": ("Most idle time is outside any CUDA call or annotated range (un-annotated Python work, data "
+              "loading without an NVTX range, waiting on other processes): add NVTX ranges around data loading "
+              "and other step phases, or profile with 'nsys profile -t cuda,nvtx,osrt' to see which."),
+}
+
+
+@detector("underutilized_gpu")
+def underutilized_gpu(facts: Facts) -> list[Finding]:
+    """DLProf's underutilized_gpu_detector: share of each step with no GPU work, and what fills it."""
+    require(len(facts.profile.kernels) > 0, "GPU kernels (the export has no CUDA kernel table)")
+    bd = facts.breakdown
+    gpu = (bd["tc_kernel"] + bd["kernel"] + bd["memory"]).to_numpy(dtype=np.float64)
+    duration = bd["duration"].to_numpy(dtype=np.float64)
+    busy_share = float(np.median(gpu / np.maximum(duration, 1.0)))
+    if busy_share >= UNDERUTILIZED_MAX_BUSY:
+        return []
+    typical = {name: float(np.median(bd[name].to_numpy())) for name in IDLE_CLASSES}
+    largest = max(typical, key=lambda name: typical[name])
+    idle = float(np.median(duration - gpu))
+    wall = float(duration.sum())
+    low = facts.aggregated[gpu / np.maximum(duration, 1.0) < UNDERUTILIZED_MAX_BUSY]
+    parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in sorted(typical, key=typical.get, reverse=True))
+    summary = ", ".join(f"{DURATION_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
+    return [Finding(
+        detector="underutilized_gpu",
+        problem=(f"The GPU is underutilized: only {busy_share:.1%} of a typical iteration has GPU work (kernels or "
+                 f"copies) running; the largest part of the idle time is {IDLE_CLASSES[largest]}"),
+        recommendation=IDLE_ADVICE[largest],
+        evidence=(f"median iteration {ms(float(np.median(duration)))}: GPU work {ms(float(np.median(gpu)))}, idle "
+                  f"{ms(idle)} ({parts}); over iterations {facts.iteration_text} (summary): GPU Utilization "
+                  f"{pct(bd['gpu_busy'].sum(), wall)}, {summary}"),
+        time_at_stake_ns=idle,
+        estimate=("upper bound: median time per iteration with no kernel or copy running; a step cannot get "
+                  "shorter than its GPU work"),
+        iterations=iteration_list(low),
+    )]
+
+
+@detector("input_pipeline")
+def input_pipeline(facts: Facts) -> list[Finding]:
+    """DLProf's dataloader_detector: data-loading ranges while the GPU is idle."""
+    require(len(facts.profile.kernels) > 0, "GPU kernels (the export has no CUDA kernel table)")
+    rng = ranges(facts.profile)
+    loader_ids = facts.profile.strings.ids_matching(DATALOADER_RANGE)
+    loader = rng[np.isin(rng["text_id"].to_numpy(), loader_ids)]
+    require(len(loader) > 0, "data-loading NVTX ranges (none named like data, dataloader, DataLoader, DALI)")
+    bd = facts.breakdown
+    duration = bd["duration"].to_numpy(dtype=np.float64)
+    exposed = bd["dataloader"].to_numpy(dtype=np.float64)
+    share = exposed / np.maximum(duration, 1.0)
+    typical_share = float(np.median(share))
+    if typical_share < INPUT_MIN_SHARE:
+        return []
+    typical_exposed = float(np.median(exposed))
+    rest = max(float(np.median(duration)) - typical_exposed, 1.0)
+    # Workers load batches in parallel; each needs `exposed` per batch while the step needs `rest`.
+    workers = int(np.ceil(typical_exposed / rest))
+    its = facts.iterations
+    in_range = loader[its.in_selection(its.assign(loader["start"].to_numpy()))]
+    ids = in_range["text_id"].value_counts()
+    texts = facts.profile.strings.decode(pd.Series(ids.index)).to_numpy()
+    counts = ids.groupby(texts).sum().sort_values(ascending=False)
+    named = ", ".join(f"'{n}' x{c}" for n, c in counts.items())
+    dali = any("dali" in str(n).lower() for n in counts.index)
+    recommendation = (f"Load and preprocess batches in background workers so the GPU never waits: "
+                      f"DataLoader(num_workers>={workers}, pin_memory=True, persistent_workers=True, "
+                      "prefetch_factor=2 or more); move per-sample augmentation to the GPU")
+    recommendation += "." if dali else ", or use NVIDIA DALI (no DALI ranges were found)."
+    wall = float(duration.sum())
+    return [Finding(
+        detector="input_pipeline",
+        problem=(f"{typical_share:.1%} of a typical iteration is spent in the dataloader while not simultaneously "
+                 "running on the GPU"),
+        recommendation=recommendation,
+        evidence=(f"median iteration {ms(float(np.median(duration)))}: {ms(typical_exposed)} in data-loading ranges "
+                  f"with no GPU work; ranges {named} in iterations {facts.iteration_text}; summary: Dataloader "
+                  f"Duration {pct(bd['dataloader'].sum(), wall)}; {workers} worker(s) = loading time / rest of the "
+                  "step"),
+        time_at_stake_ns=typical_exposed,
+        estimate=("upper bound: median data-loading time per iteration during which no GPU work ran; enough "
+                  "background workers hide all of it"),
+        iterations=iteration_list(facts.aggregated[share >= INPUT_MIN_SHARE]),
+    )]
+
+
+@detector("dominant_kernels")
+def dominant_kernels(facts: Facts) -> list[Finding]:
+    """A few kernels take most of the GPU time: say which, with their share."""
+    kernels = facts.selected_kernels
+    require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
+    text, time = facts.top_kernels(kernels, limit=DOMINANT_TOP)
+    total = float(time.sum())
+    top_ids = time.index[:DOMINANT_TOP]
+    share = float(time.iloc[:DOMINANT_TOP].sum()) / total if total else 0.0
+    if share < DOMINANT_SHARE:
+        return []
+    top = kernels[np.isin(kernels["name_id"].to_numpy(), top_ids)]
+    stake = facts.gpu_bound_ns(top)
+    if stake < DOMINANT_MIN_STAKE * facts.typical_iteration_ns:
+        return []
+    ops = facts.ops_of(top)
+    short = text.split("; and ")[0]
+    return [Finding(
+        detector="dominant_kernels",
+        problem=f"{len(top_ids)} kernel(s) take {share:.1%} of the GPU time: {short}",
+        recommendation=("Optimise these first: check that they use Tensor Cores (kernel report, Uses TC) and "
+                        "reduced precision, that their shapes are multiples of 8, try torch.backends.cudnn.benchmark"
+                        " = True or another algorithm, and profile them with Nsight Compute (ncu -k <name>)."),
+        evidence=(f"kernel report over iterations {facts.iteration_text}: {short}; {ms(total / len(facts.aggregated))} "
+                  f"of kernel time per iteration on average, {ms(stake)} of the top kernels' time per typical "
+                  "iteration with more GPU work queued behind them"),
+        time_at_stake_ns=stake,
+        estimate=("upper bound: median per-iteration GPU time of these kernels while the GPU had more work queued "
+                  "(only that part lies on the step's critical path); a 2x faster kernel saves half of it"),
+        iterations=facts.iteration_text,
+        ops=ops,
+        kernels=text,
+    )]
+
