@@ -13,10 +13,11 @@ from typing import NoReturn, Sequence
 
 from . import __version__
 from .errors import DlaggError
-from .log import Log
+from .log import NORMAL, Log
 from .options import VERBOSITIES, Options
 from .pipeline import DLPROF_REPORTS, NOT_YET, run
 from .reports import REPORTS
+from .reports.expert_systems import feedback_text
 from .writers import WRITERS
 
 TRUE = ("true", "1", "yes", "on")
@@ -135,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
+    for built in result.reports:
+        if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
+            print(feedback_text(built))
     if not options.reports:
         log.result("no report requested: pass --reports=all (or a comma list) to write reports")
         return 0
