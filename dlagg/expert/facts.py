@@ -19,14 +19,17 @@ kernel, memcpy and memset sorted by start on its device, with
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from ..reports.base import ReportContext
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
 from .base import quoted
+
+if TYPE_CHECKING:
+    from ..reports.base import ReportContext
 
 
 class Facts:

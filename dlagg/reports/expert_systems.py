@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..expert import Finding, run_detectors
+from ..expert.base import Finding
 from .base import Report, ReportContext, Section, report
 
 COLUMNS = ("Problem", "Recommendation", "Severity", "Evidence", "Iterations", "Ops", "Kernels",
@@ -41,6 +41,8 @@ def findings_table(findings: list[Finding]) -> pd.DataFrame:
 @report("expert_systems")
 def build(ctx: ReportContext) -> Report:
     """Problems found (GPU idle, input pipeline, launch bound, syncs, copies, AMP, ...) ranked by time at stake."""
+    from ..expert import run_detectors  # imported here: the detectors import other reports' modules
+
     findings, outcomes = run_detectors(ctx)
     detectors = pd.DataFrame({
         "Detector": [o.detector for o in outcomes],
