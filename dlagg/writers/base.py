@@ -6,7 +6,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from ..reports.base import Report, ReportContext
 
@@ -57,12 +57,16 @@ def writer(name: str) -> Callable[[type], type]:
     return register
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same folder and an atomic rename."""
+def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:
+    """Write `text` (or its pieces, in order) to `path` via a temporary file in the same folder
+    and an atomic rename. Pieces let big reports stream out without one huge string in memory."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            if isinstance(text, str):
+                handle.write(text)
+            else:
+                handle.writelines(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
