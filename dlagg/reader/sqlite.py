@@ -2,16 +2,21 @@
 
 Contract: ``load_profile(path) -> Profile``. The file is opened ``mode=ro&immutable=1``: nothing is
 written, no index or column is added (DLProf altered its input; dlagg never does). Event tables
-are read through the Arrow-native ADBC SQLite driver (measured about 6x faster than
-``pandas.read_sql`` on 0.85 M NVTX rows, see docs/design.md), with the standard ``sqlite3`` module
-as a fallback for the rare column whose values change type mid-table.
+are read through the Arrow-native ADBC SQLite driver (see docs/design.md, "Reader: why ADBC"),
+with the standard ``sqlite3`` module as a fallback for the rare column whose values change type
+mid-table.
+
+Memory is the budget that matters on big exports (peak under twice the file size), so each table
+arrives as one Arrow batch and its numeric columns become numpy arrays *without a copy*; the NVTX
+inline text (most of an emit_nvtx export's bytes) arrives in the same query as the ``StringIds``
+values, so the string table is that one Arrow array, never concatenated or converted to Python.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -24,6 +29,10 @@ from . import schema
 from .schema import NO_ID, Column, Table
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# Rows per Arrow batch asked of the ADBC driver: a whole table in one batch, so columns arrive
+# contiguous and numeric ones become numpy arrays with no copy (the default of 1024-row batches
+# costs a concatenation per column and fragments the heap). The driver's maximum is 2**31 - 2.
+ONE_BATCH_ROWS = 2**30
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
 
 
@@ -91,21 +100,32 @@ class Database:
             raise InputError(f"{self.path}: cannot read the database ({exc}); "
                              "the export may be truncated: export the nsys report again") from None
 
-    def arrow(self, sql: str) -> pa.Table:
-        """Run `sql` and return an Arrow table (ADBC; sqlite3 fallback on type surprises)."""
-        try:
-            if self._adbc is None:
-                import adbc_driver_sqlite.dbapi as adbc
+    def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
+        if self._adbc is None:
+            import adbc_driver_sqlite.dbapi as adbc
 
-                self._adbc = adbc.connect(_uri(self.path))
-            cursor = self._adbc.cursor()
+            self._adbc = adbc.connect(_uri(self.path))
+        cursor = self._adbc.cursor()
+        try:
+            if batch_rows is not None:
+                from adbc_driver_sqlite import StatementOptions
+
+                cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(batch_rows)})
+            cursor.execute(sql)
+            return cursor.fetch_arrow_table()
+        finally:
+            cursor.close()
+
+    def arrow(self, sql: str) -> pa.Table:
+        """Run `sql` and return an Arrow table (ADBC; sqlite3 fallback on type surprises).
+
+        One batch first; default batches when one does not fit (a string column over 2 GiB).
+        """
+        for batch_rows in (ONE_BATCH_ROWS, None):
             try:
-                cursor.execute(sql)
-                return cursor.fetch_arrow_table()
-            finally:
-                cursor.close()
-        except Exception:  # noqa: BLE001 - any driver failure: take the slower, exact path
-            pass
+                return self._adbc_table(sql, batch_rows)
+            except Exception:  # noqa: BLE001, S112 - any driver failure: try the next, slower path
+                continue
         try:
             cursor = self.conn.execute(sql)
             names = [d[0] for d in cursor.description]
@@ -115,10 +135,14 @@ class Database:
                              "the export may be truncated: export the nsys report again") from None
         return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)})
 
-    def read(self, table: Table, *, extra: str = "", where: str = "") -> tuple[pd.DataFrame, str | None, pa.Table | None]:
+    def read(
+        self, table: Table, *, extra: str = "", where: str = "", prefix: str = "", skip: int = 0
+    ) -> tuple[pd.DataFrame, str | None, pa.Table | None]:
         """Read `table` with its declared dlagg columns and dtypes (empty frame if absent).
 
         Returns the frame, the physical table name, and the Arrow table (for extra columns).
+        `prefix` is a SELECT whose `skip` rows come first (``UNION ALL``) and are left out of the
+        frame: it lets another table's values share one Arrow column with `extra`.
         """
         physical = self.find(table.sources)
         if physical is None:
@@ -132,10 +156,11 @@ class Database:
         if extra:
             select.append(extra)
         sql = f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
-        arrow = self.arrow(sql)
-        frame = pd.DataFrame({
-            column.name: _as_numpy(arrow.column(column.name), column) for column in table.columns
-        })
+        arrow = self.arrow(f"{prefix} UNION ALL {sql}" if prefix else sql)
+        frame = pd.DataFrame(
+            {column.name: _as_numpy(arrow.column(column.name), column)[skip:] for column in table.columns},
+            copy=False,  # the arrays are views of the Arrow batch: keep them, do not consolidate
+        )
         return frame, physical, arrow
 
 
@@ -148,6 +173,7 @@ def _select(column: Column, present: set[str]) -> str:
 
 
 def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
+    """The column as numpy: a view of the Arrow buffer when it is one chunk of the right type."""
     if array.null_count:
         array = pc.fill_null(array, column.default if column.default is not None else 0)
     if pa.types.is_null(array.type):
@@ -157,15 +183,6 @@ def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
 
 def empty_frame(table: Table) -> pd.DataFrame:
     return pd.DataFrame({c.name: np.empty(0, dtype=c.dtype) for c in table.columns})
-
-
-def _strings(db: Database) -> pd.Series:
-    physical = db.find(schema.STRING_TABLES)
-    if physical is None:
-        return pd.Series([], index=pd.Index([], dtype=np.int64), dtype="str")
-    rows = db.query(f'SELECT id, value FROM "{physical}"')
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    return pd.Series([r[1] if r[1] is not None else "" for r in rows], index=ids, dtype="str")
 
 
 def _key_values(db: Database, candidates: Iterable[str]) -> dict[str, str]:
@@ -208,24 +225,64 @@ def _gpus(db: Database) -> pd.DataFrame:
     return gpus.sort_values("device_id", kind="stable").reset_index(drop=True)
 
 
-def _fold_nvtx_text(nvtx: pd.DataFrame, arrow: pa.Table | None, strings: pd.Series) -> tuple[pd.DataFrame, pd.Series]:
-    """Give inline NVTX text (``NVTX_EVENTS.text``) string ids after the StringIds ones.
+def _utf8(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`values` with invalid UTF-8 (nsys keeps some raw environment bytes) replaced, like sqlite3 would."""
+    try:
+        values.validate(full=True)
+        return values
+    except pa.ArrowInvalid:  # rare: decode in Python with replacement characters
+        raw = values.cast(pa.binary()).to_pylist()
+        return pa.chunked_array([pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw],
+                                          type=pa.string())])
 
-    Each row with inline text gets its own id (no hashing: emit_nvtx names are unique per row
-    anyway, and deduplicating 0.85 M strings cost more than the whole rest of the read).
+
+def _nvtx_and_strings(db: Database, strings_table: str) -> tuple[pd.DataFrame, str | None, pd.Series, dict[int, str]]:
+    """NVTX events (without domain-creation rows), the string table, and NVTX domain names.
+
+    Inline NVTX text (``NVTX_EVENTS.text``) gets string ids after the ``StringIds`` ones, one per
+    row (emit_nvtx names are unique per row anyway: deduplicating 0.85 M strings cost more than the
+    rest of the read). The StringIds values and the inline texts come out of one ``UNION ALL``
+    query as one Arrow column, which *is* the string table: 0.1 GB of text per 0.85 M ranges is
+    neither copied nor turned into Python objects.
     """
-    if arrow is None or "text" not in arrow.column_names or len(nvtx) == 0:
-        return nvtx, strings
-    text = arrow.column("text")
-    if pa.types.is_null(text.type) or text.null_count == len(text):
-        return nvtx, strings
-    has_text = text.is_valid().to_numpy(zero_copy_only=False)
-    base = int(strings.index.max()) + 1 if len(strings) else 0
-    new_ids = base + np.arange(int(has_text.sum()), dtype=np.int64)
-    text_ids = nvtx["text_id"].to_numpy().copy()
-    text_ids[has_text] = new_ids
-    inline = pd.Series(pd.array(text.drop_null().cast(pa.string()), dtype="str"), index=new_ids)
-    return nvtx.assign(text_id=text_ids), pd.concat([strings, inline])
+    string_ids = db.arrow(f'SELECT "id" FROM "{strings_table}" ORDER BY "id"').column("id")
+    string_ids = string_ids.to_numpy().astype(np.int64, copy=False) if len(string_ids) else np.empty(0, np.int64)
+    base = int(string_ids[-1]) + 1 if len(string_ids) else 0
+    by_id = f'(SELECT "value" FROM "{strings_table}" ORDER BY "id")'
+    nvtx_table = db.find(schema.NVTX.sources)
+    inline = nvtx_table is not None and "text" in db.columns(nvtx_table)
+    not_domain = f'"eventType" != {schema.NVTX_DOMAIN_CREATE}'
+    if inline:
+        defaults = ", ".join(f"{c.default if c.default is not None else 0} AS {c.name}" for c in schema.NVTX.columns)
+        nvtx, _, arrow = db.read(schema.NVTX, extra='"text" AS text', where=not_domain,
+                                 prefix=f'SELECT {defaults}, "value" AS text FROM {by_id}', skip=len(string_ids))
+        values = arrow.column("text")
+        has_text = values.is_valid().to_numpy(zero_copy_only=False)[len(string_ids):]
+        inline_ids = base + np.arange(len(nvtx), dtype=np.int64)
+        if has_text.any():
+            nvtx = nvtx.assign(text_id=np.where(has_text, inline_ids, nvtx["text_id"].to_numpy()))
+        ids = np.concatenate((string_ids, inline_ids))
+    else:
+        nvtx, _, _ = db.read(schema.NVTX, where=not_domain) if nvtx_table else (empty_frame(schema.NVTX), None, None)
+        values = db.arrow(f'SELECT "value" FROM {by_id}').column("value")
+        ids = string_ids
+    if pa.types.is_null(values.type):
+        values = values.cast(pa.string())
+    strings = pd.Series(pd.array(_utf8(values), dtype="str"), index=pd.Index(ids, dtype=np.int64, copy=False))
+    table = StringTable(strings)
+    domains = {0: ""}
+    if nvtx_table is not None:
+        present = db.columns(nvtx_table)
+        text = '"text"' if "text" in present else "NULL"
+        text_id = '"textId"' if "textId" in present else "NULL"
+        domain = '"domainId"' if "domainId" in present else "0"
+        for domain_id, name, name_id in db.query(
+            f'SELECT {domain}, {text}, {text_id} FROM "{nvtx_table}" WHERE "eventType" = {schema.NVTX_DOMAIN_CREATE}'
+        ):
+            if name is None:
+                name = table.get(int(name_id), "") if name_id is not None else ""
+            domains[int(domain_id or 0)] = str(name)
+    return nvtx, nvtx_table, strings, domains
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -234,37 +291,26 @@ def load_profile(path: str | Path) -> Profile:
     db = Database(path)
     try:
         known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
-        if db.find(schema.STRING_TABLES) is None or not known:
+        strings_table = db.find(schema.STRING_TABLES)
+        if strings_table is None or not known:
             raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
                              "event tables); pass the file made by 'nsys export --type sqlite'")
-        strings = _strings(db)
         frames: dict[str, pd.DataFrame] = {}
         physical: dict[str, str] = {}
-        nvtx_arrow = None
         for table in schema.EVENT_TABLES:
-            extra = ""
             if table is schema.NVTX:
-                nvtx_name = db.find(table.sources)
-                if nvtx_name and "text" in db.columns(nvtx_name):
-                    extra = '"text" AS text'
-            frame, name, arrow = db.read(table, extra=extra)
-            if table is schema.NVTX:
-                nvtx_arrow = arrow
+                frame, name, strings, domains = _nvtx_and_strings(db, strings_table)
+            else:
+                frame, name, _ = db.read(table)
             frames[table.name] = frame
             if name is not None:
                 physical[table.name] = name
-        frames["nvtx"], strings = _fold_nvtx_text(frames["nvtx"], nvtx_arrow, strings)
         meta_values = _key_values(db, schema.META_TABLES)
         env = _key_values(db, schema.SYSTEM_ENV_TABLES)
         gpus = _gpus(db)
     finally:
         db.close()
 
-    nvtx = frames["nvtx"]
-    domain_rows = nvtx[nvtx["event_type"] == schema.NVTX_DOMAIN_CREATE]
-    domains = {0: ""}
-    domains.update({int(d): strings.get(t, "") for d, t in zip(domain_rows["domain_id"], domain_rows["text_id"])})
-    frames["nvtx"] = nvtx[nvtx["event_type"] != schema.NVTX_DOMAIN_CREATE].reset_index(drop=True)
     start, end = _time_range(frames)
     frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
     meta = ProfileMeta(
