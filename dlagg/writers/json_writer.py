@@ -13,13 +13,16 @@ values are ``null``. Rows are serialised by pandas' C encoder, not row by row in
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 from ..reports.base import Report, Section
 from .base import RunInfo, atomic_write_text, report_path, writer
+
+# Rows serialised and written at a time: bounds the writer's memory whatever the table size.
+CHUNK_ROWS = 1 << 16
 
 FORMAT_VERSION = 1
 
@@ -43,15 +46,24 @@ def _type(column: pd.Series) -> str:
     return "string" if kind in ("string", "empty") else "mixed"
 
 
-def section_json(section: Section) -> str:
+def section_chunks(section: Section) -> Iterator[str]:
+    """The section's JSON object in pieces: head, then rows CHUNK_ROWS at a time."""
     table = section.table
     columns = [{"name": str(c), "unit": _unit(str(c)), "type": _type(table[c])} for c in table.columns]
     head = json.dumps({"title": section.title, "key_value": not section.header, "columns": columns})
-    rows = table.to_json(orient="values", double_precision=15) if len(table) else "[]"
-    return head[:-1] + ', "rows": ' + rows + "}"
+    yield head[:-1] + ', "rows": ['
+    for first in range(0, len(table), CHUNK_ROWS):
+        rows = table.iloc[first:first + CHUNK_ROWS].to_json(orient="values", double_precision=15)
+        yield ("," if first else "") + rows[1:-1]  # the rows without the chunk's own brackets
+    yield "]}"
 
 
-def report_json(report: Report, info: RunInfo) -> str:
+def section_json(section: Section) -> str:
+    return "".join(section_chunks(section))
+
+
+def report_chunks(report: Report, info: RunInfo) -> Iterator[str]:
+    """The report's JSON document in pieces (see the module docstring for its layout)."""
     head = {
         "format": "dlagg-report",
         "format_version": FORMAT_VERSION,
@@ -70,8 +82,16 @@ def report_json(report: Report, info: RunInfo) -> str:
         "warnings": list(report.warnings),
         "scalars": dict(report.scalars),
     }
-    sections = ", ".join(section_json(s) for s in report.sections)
-    return json.dumps(head)[:-1] + ', "sections": [' + sections + "]}\n"
+    yield json.dumps(head)[:-1] + ', "sections": ['
+    for k, section in enumerate(report.sections):
+        if k:
+            yield ", "
+        yield from section_chunks(section)
+    yield "]}\n"
+
+
+def report_json(report: Report, info: RunInfo) -> str:
+    return "".join(report_chunks(report, info))
 
 
 @writer("json")
@@ -87,6 +107,6 @@ class JsonWriter:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "json")
-            atomic_write_text(path, report_json(report, info))
+            atomic_write_text(path, report_chunks(report, info))
             written.append(path)
         return written

@@ -1,0 +1,66 @@
+"""The Arrow read path: odd bytes and odd types in real-looking exports read like sqlite3 reads them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+from dlagg.reader import load_profile
+
+from .builders import ExportBuilder
+
+REPLACEMENT = "\ufffd"
+
+
+def test_invalid_utf8_in_strings_and_nvtx_text_is_replaced(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.range(0, 10, "placeholder")
+    b.range(20, 30, "registered", registered=True)
+    b.launch(1, 2, 3, 4, name="kern")
+    path = b.write(tmp_path / "bad_utf8.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE NVTX_EVENTS SET text = CAST(X'6F70FF31' AS TEXT) WHERE text = 'placeholder'")
+    conn.execute("UPDATE StringIds SET value = CAST(X'72FE67' AS TEXT) WHERE value = 'registered'")
+    conn.commit()
+    conn.close()
+    profile = load_profile(path)
+    assert profile.strings.decode(profile.nvtx["text_id"]).tolist() == [f"op{REPLACEMENT}1", f"r{REPLACEMENT}g"]
+    assert profile.strings.decode(profile.kernels["name_id"]).tolist() == ["kern"]
+
+
+def test_inline_text_ids_follow_the_registered_ones_and_domains_resolve(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.range(0, 10, "a")
+    b.range(5, 8, "a")  # same text twice: two rows, two ids, same text
+    b.range(20, 30, "reg", registered=True)
+    b.launch(1, 2, 3, 4)
+    domain_text = b.string("MyDomain")
+    path = b.write(tmp_path / "ids.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO NVTX_EVENTS VALUES (-5, NULL, 75, NULL, 0, 3, ?)", (domain_text,))
+    conn.execute("INSERT INTO NVTX_EVENTS VALUES (-4, NULL, 75, 'InlineDomain', 0, 4, NULL)")
+    conn.commit()
+    conn.close()
+    profile = load_profile(path)
+    ids = profile.nvtx["text_id"].to_numpy()
+    registered = profile.strings.ids_equal("reg")
+    assert len(profile.nvtx) == 3 and len(np.unique(ids)) == 3
+    assert ids[2] in registered and ids[0] > max(b.strings.values()) and ids[1] > ids[0]
+    assert profile.strings.decode(ids).tolist() == ["a", "a", "reg"]
+    assert profile.meta.domains == {0: "", 3: "MyDomain", 4: "InlineDomain"}
+
+
+def test_a_column_that_changes_type_mid_table_still_reads(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    for k in range(5):
+        b.launch(10 * k, 10 * k + 2, 10 * k + 3, 10 * k + 5, grid=(k + 1, 1, 1))
+    path = b.write(tmp_path / "types.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = '4' WHERE gridX = 4")  # SQLite: TEXT in INTEGER column
+    conn.commit()
+    conn.close()
+    profile = load_profile(path)
+    assert profile.kernels["grid_x"].tolist() == [1, 2, 3, 4, 5]
+    assert profile.kernels["grid_x"].dtype == np.int32
