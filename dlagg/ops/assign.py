@@ -1,0 +1,424 @@
+"""Op instances from NVTX ranges, GPU work and CUDA API calls assigned to them, ops grouped.
+
+Contract: ``find_ops(profile, iterations, work, uses_tc, domains) -> Ops`` where
+
+- ``instances``: one row per op instance (an NVTX range that is an op "head", see below):
+  ``key`` (int, the op it is an instance of), ``iteration``, ``start``, ``end``, ``global_tid``,
+  ``path`` (group path, ``/`` or ``/forward/``...), ``data_types``, ``input_shapes``, ``stack``,
+  and the §1.5 figures ``cpu`` (range duration), ``gpu`` (union of its GPU intervals), ``gpu_idle``
+  (span of its GPU work minus ``gpu``), ``api`` (union of the CUDA API calls made inside it on its
+  thread), ``cpu_overhead`` (``cpu - api``), plus ``kernels``, ``tc_kernels``, ``kernel_time``,
+  ``tc_kernel_time``;
+- ``ops``: one row per op (index = key): ``op_id``, ``op_name``, ``direction``, ``op_type``,
+  ``tc_eligible``, ``first_start``;
+- ``work_instance``: for each row of ``work`` (positionally), the instance that launched it, or -1.
+
+Which ranges are ops (heads). Every range nests in a per-thread tree (``tree.Forest``); the key
+node, ranges enclosing it, ranges ending on another thread and ranges of domains not selected
+with ``--domains`` define nothing. Then:
+
+- a DLProf/PyProf ``traceMarker`` range is an op (nested ones too: innermost wins, like DLProf);
+  its ``{'mod','op','args'}`` child gives op type, data types and shapes;
+- an ``emit_nvtx`` range, library-domain range or lone ``{'mod','op'}`` marker is an op when no
+  framework range encloses it: ``aten::conv2d`` is the op, the ``aten::convolution`` ->
+  ``aten::cudnn_convolution`` chain below it is its implementation (splitting it would give four
+  rows per layer, three without GPU work, and move autocast's casts out of the layer);
+- a plain user range is an op when it encloses no other range (``data`` in a loop without
+  ``emit_nvtx``); user ranges that enclose ops are group nodes (``/forward/``).
+
+GPU work belongs to the innermost op enclosing its launching API call on the launching thread.
+
+Grouping across iterations: an op is (group path, marker name, direction, occurrence of that
+triple within its iteration and process). The k-th ``aten::conv2d`` under ``/forward/`` in every
+iteration is one op with one call per iteration. A backward op linked to a forward op (autograd
+``seq``, the latest forward range with that number in the same process) is grouped under that
+forward op instead: (forward op, backward node name, occurrence), and shares its Op ID, so
+``CONV2D_3`` fprop and ``CONV2D_3`` bprop are the same layer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..classify import op_tc_eligible
+from ..errors import OptionsError
+from ..model import Iterations, Profile
+from ..reader.schema import PID_MASK
+from ..timeline.correlate import KERNEL
+from ..timeline.iterations import key_instances, ranges
+from . import markers as mk
+from .tree import Forest
+
+INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "path", "data_types", "input_shapes",
+                    "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
+                    "kernel_time", "tc_kernel_time")
+
+
+@dataclass(frozen=True)
+class Ops:
+    instances: pd.DataFrame
+    ops: pd.DataFrame
+    work_instance: np.ndarray
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return len(self.instances) == 0
+
+
+def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
+    """Length of the union of the intervals of each group 0..groups-1 (vectorised)."""
+    out = np.zeros(groups, dtype=np.int64)
+    keep = (group >= 0) & (end > start)
+    if not keep.any():
+        return out
+    g, s, e = group[keep], start[keep], end[keep]
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    reach = pd.Series(e).groupby(g).cummax().to_numpy()
+    first = np.r_[True, g[1:] != g[:-1]]
+    new_block = first | np.r_[True, s[1:] > reach[:-1]]
+    block = np.cumsum(new_block) - 1
+    block_start = s[new_block]
+    block_end = np.zeros(len(block_start), dtype=np.int64)
+    np.maximum.at(block_end, block, reach)
+    np.add.at(out, g[new_block], block_end - block_start)
+    return out
+
+
+def _domain_filter(profile: Profile, domains: tuple[str, ...]) -> np.ndarray | None:
+    """Domain ids allowed by --domains (None = all)."""
+    if not domains:
+        return None
+    known = {name: i for i, name in profile.meta.domains.items()}
+    wanted = [("" if d in ("default", "") else d) for d in domains]
+    missing = [d for d in wanted if d not in known]
+    if missing:
+        names = ", ".join(repr(n or "default") for n in sorted(known.values())) or "(none)"
+        raise OptionsError(f"--domains: no NVTX domain {', '.join(repr(m) for m in missing)} in "
+                           f"{profile.meta.source}; its domains are {names}")
+    return np.array([known[d] for d in wanted], dtype=np.int64)
+
+
+def _op_id_stem(op_type: str) -> str:
+    return re.sub(r"[^A-Z0-9]+", "_", op_type.upper()).strip("_") or "OP"
+
+
+def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
+    instances = pd.DataFrame({c: pd.Series(dtype=object if c in ("path", "data_types", "input_shapes", "stack")
+                                           else np.int64) for c in INSTANCE_COLUMNS})
+    ops = pd.DataFrame({"op_id": pd.Series(dtype=object), "op_name": pd.Series(dtype=object),
+                        "direction": pd.Series(dtype=object), "op_type": pd.Series(dtype=object),
+                        "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64)})
+    return Ops(instances, ops, np.full(work_rows, -1, dtype=np.int64), warnings)
+
+
+def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series,
+             domains: tuple[str, ...] = ()) -> Ops:
+    allowed = _domain_filter(profile, domains)
+    rng = ranges(profile)
+    end_tid = rng["end_global_tid"].to_numpy()
+    same_thread = (end_tid == 0) | (end_tid == rng["global_tid"].to_numpy())
+    warnings: list[str] = []
+    if (~same_thread).any():
+        warnings.append(f"ops: {int((~same_thread).sum())} NVTX range(s) end on another thread than they start; "
+                        "they define no op (a CUDA call cannot be placed inside them)")
+    keep = same_thread & (rng["end"].to_numpy() > rng["start"].to_numpy())
+    if allowed is not None:
+        keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
+    rng = rng[keep]
+    if rng.empty:
+        return empty_ops(len(work), tuple(warnings))
+
+    forest = Forest.build(rng["global_tid"].to_numpy(), rng["start"].to_numpy(), rng["end"].to_numpy())
+    sorted_rows = rng.iloc[forest.order]
+    text_id = sorted_rows["text_id"].to_numpy()
+    domain = sorted_rows["domain_id"].to_numpy()
+    parent = forest.parent
+
+    parsed = mk.parse_markers(profile.strings, text_id)
+    name, seq, names = parsed.name, parsed.seq, parsed.names
+    kind = np.where(name >= 0, names["kind"].to_numpy()[np.maximum(name, 0)], mk.IGNORE).astype(np.int8)
+    kind[(kind == mk.USER) & (domain != 0)] = mk.LIBRARY
+
+    # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
+    if iterations.found:
+        keys = key_instances(profile, iterations.key_node)
+        maybe = np.flatnonzero(np.isin(text_id, keys["text_id"].unique()))
+        candidates = pd.DataFrame({"global_tid": forest.tid[maybe], "start": forest.start[maybe],
+                                   "end": forest.end[maybe], "row": maybe})
+        hits = candidates.merge(keys[["global_tid", "start", "end"]], on=["global_tid", "start", "end"])["row"]
+        above = np.zeros(len(forest), dtype=bool)
+        above[hits.to_numpy()] = True
+        for level in reversed(forest.levels[1:]):  # bottom-up: mark the parents of marked ranges
+            marked = level[above[level] & (parent[level] >= 0)]
+            above[parent[marked]] = True
+        kind[above] = mk.IGNORE
+
+    framework = np.isin(kind, (*mk.FRAMEWORK, mk.LIBRARY))
+    trace = kind == mk.TRACE
+    rows = np.arange(len(forest))
+    fw_above = forest.propagate(np.where(framework, 1, -1))  # innermost framework range at or above
+    fw_above_strict = np.where(parent >= 0, fw_above[np.maximum(parent, 0)], -1) >= 0
+    trace_above = forest.propagate(np.where(trace, rows, -1))
+    trace_above_strict = np.where(parent >= 0, trace_above[np.maximum(parent, 0)], -1) >= 0
+    child_parents = parent[(kind != mk.IGNORE) & (parent >= 0)]
+    has_child = np.bincount(child_parents, minlength=len(forest)) > 0 if len(child_parents) else np.zeros(
+        len(forest), dtype=bool)
+    head = (trace
+            | ((kind == mk.MODOP) & ~trace_above_strict)
+            | (np.isin(kind, (mk.FORWARD, mk.BACKWARD, mk.LIBRARY)) & ~fw_above_strict)
+            | ((kind == mk.USER) & ~has_child & ~fw_above_strict))
+    head_of = forest.propagate(np.where(head, rows, -1))
+
+    # Group paths: the user ranges that enclose an op, outermost first.
+    group = (kind == mk.USER) & ~head
+    path_code, paths = _group_paths(forest, group, name, names["op_name"].to_numpy())
+
+    heads = np.flatnonzero(head)
+    if len(heads) == 0:
+        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
+    h = pd.DataFrame({
+        "row": heads,
+        "start": forest.start[heads],
+        "end": forest.end[heads],
+        "global_tid": forest.tid[heads],
+        "kind": kind[heads],
+        "name": name[heads],
+        "domain": domain[heads],
+        "path": path_code[heads],
+    })
+    h["op_name"] = names["op_name"].to_numpy()[h["name"].to_numpy()]
+    h["op_type"] = names["op_type"].to_numpy()[h["name"].to_numpy()]
+    h["direction"] = names["direction"].to_numpy()[h["name"].to_numpy()]
+    h["stack"] = names["stack"].to_numpy()[h["name"].to_numpy()]
+    h["data_types"] = names["data_types"].to_numpy()[h["name"].to_numpy()]
+    h["input_shapes"] = names["input_shapes"].to_numpy()[h["name"].to_numpy()]
+    _library_names(h, profile)
+    _trace_details(h, kind, parent, name, names)
+    _emit_shapes(h, profile, text_id)
+    h["iteration"] = iterations.assign(h["start"].to_numpy())
+    h["pid"] = h["global_tid"].to_numpy() & PID_MASK
+    instance_of_row = np.full(len(forest), -1, dtype=np.int64)
+    instance_of_row[heads] = np.arange(len(heads))
+
+    linked = _link_backward(forest, kind, seq, head_of, instance_of_row, h)
+    keys, ops = _group(h, linked, paths)
+    h["key"] = keys
+
+    # GPU work and API calls -> innermost op instance on the launching thread.
+    has_api = work["api_start"].to_numpy() >= 0
+    work_range = np.full(len(work), -1, dtype=np.int64)
+    work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
+                                           work["api_end"].to_numpy()[has_api])
+    work_instance = np.where(work_range >= 0, instance_of_row[head_of[np.maximum(work_range, 0)]], -1)
+    work_instance[work_range < 0] = -1
+    api = profile.runtime
+    api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
+    api_instance = np.where(api_range >= 0, instance_of_row[head_of[np.maximum(api_range, 0)]], -1)
+    api_instance[api_range < 0] = -1
+
+    # A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
+    h["path_text"] = np.asarray(paths, dtype=object)[h["path"].to_numpy()]
+    is_trace = (h["kind"] == mk.TRACE).to_numpy()
+    if is_trace.any():
+        stack_dir = h.loc[is_trace, "op_name"].astype(str).str.strip("/").str.rpartition("/")[0]
+        h.loc[is_trace, "path_text"] = (h.loc[is_trace, "path_text"] + stack_dir + "/").str.replace(
+            "//", "/", regex=False).to_numpy()
+    instances = _measure(h, work, work_instance, uses_tc, api, api_instance)
+    return Ops(instances, ops, work_instance, tuple(warnings))
+
+
+def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray,
+                                                                                                     list[str]]:
+    """Per range, a code into `paths` of the group path of the ranges enclosing it (and itself if a group)."""
+    paths = ["/"]
+    index = {("/", -1): 0}
+    code = np.zeros(len(forest), dtype=np.int64)
+    for level in forest.levels:  # top-down: a range's path extends its parent's
+        parent = forest.parent[level]
+        inherited = np.where(parent >= 0, code[np.maximum(parent, 0)], 0)
+        code[level] = inherited
+        grouping = group[level]
+        if not grouping.any():
+            continue
+        pairs = pd.DataFrame({"p": inherited[grouping], "n": name[level][grouping]})
+        uniq, inverse = np.unique(pairs.to_numpy(), axis=0, return_inverse=True)
+        new_codes = []
+        for p, n in uniq:  # distinct (parent path, name) pairs: a handful
+            key = (paths[p], int(n))
+            if key not in index:
+                index[key] = len(paths)
+                paths.append(f"{paths[p]}{texts[n]}/")
+            new_codes.append(index[key])
+        code[level[grouping]] = np.asarray(new_codes, dtype=np.int64)[np.ravel(inverse)]
+    return code, paths
+
+
+def _library_names(h: pd.DataFrame, profile: Profile) -> None:
+    """Library-domain ops are named like nsys does: ``domain:text``."""
+    lib = (h["kind"] == mk.LIBRARY).to_numpy()
+    if lib.any():
+        domain_names = pd.Series(profile.meta.domains, dtype=object)
+        prefix = h.loc[lib, "domain"].map(domain_names).fillna("").astype(str)
+        h.loc[lib, "op_name"] = (prefix + ":" + h.loc[lib, "op_name"].astype(str)).to_numpy()
+
+
+def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: np.ndarray,
+                   names: pd.DataFrame) -> None:
+    """A traceMarker op takes op type, data types and shapes from its {'mod','op'} child."""
+    is_trace = (h["kind"] == mk.TRACE).to_numpy()
+    if not is_trace.any():
+        return
+    child = np.flatnonzero((kind == mk.MODOP) & (parent >= 0))
+    child = child[kind[parent[child]] == mk.TRACE]
+    first = pd.Series(name[child], index=parent[child]).groupby(level=0).first()
+    detail = first.reindex(h["row"].to_numpy()).to_numpy()
+    has = is_trace & ~pd.isna(detail)
+    codes = detail[has].astype(np.int64)
+    for column in ("op_type", "data_types", "input_shapes"):
+        h.loc[has, column] = names[column].to_numpy()[codes]
+
+
+def _emit_shapes(h: pd.DataFrame, profile: Profile, text_id: np.ndarray) -> None:
+    """emit_nvtx ops carry their input shapes in ``sizes = [...]`` (record_shapes=True)."""
+    emit = np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD))
+    if not emit.any():
+        return
+    h.loc[emit, "input_shapes"] = mk.input_shapes(profile.strings, text_id[h["row"].to_numpy()[emit]])
+
+
+def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, head_of: np.ndarray,
+                   instance_of_row: np.ndarray, h: pd.DataFrame) -> np.ndarray:
+    """For each instance, the forward instance its backward op belongs to (autograd seq), else -1.
+
+    A backward node ``XBackward0, seq = N`` was created by the last forward op that recorded
+    ``seq = N`` on its process before it: the sequence counter only moves on when a node is made.
+    """
+    linked = np.full(len(h), -1, dtype=np.int64)
+    instance = np.where(head_of >= 0, instance_of_row[np.maximum(head_of, 0)], -1)
+    direction = h["direction"].to_numpy()
+    inst_dir = np.where(instance >= 0, direction[np.maximum(instance, 0)], "")
+    pid = forest.tid & PID_MASK
+    node = np.flatnonzero((kind == mk.BACKWARD) & (seq >= 0) & (instance >= 0))
+    fwd = np.flatnonzero(np.isin(kind, (mk.FORWARD, mk.TRACE, mk.MODOP)) & (seq >= 0) & (instance >= 0)
+                         & (inst_dir == mk.FPROP))
+    if len(node) == 0 or len(fwd) == 0:
+        return linked
+    nodes = pd.DataFrame({"pid": pid[node], "seq": seq[node], "start": forest.start[node],
+                          "instance": instance[node]}).sort_values("start", kind="stable")
+    forward = pd.DataFrame({"pid": pid[fwd], "seq": seq[fwd], "start": forest.start[fwd],
+                            "forward": instance[fwd]}).sort_values("start", kind="stable")
+    matched = pd.merge_asof(nodes, forward, on="start", by=["pid", "seq"], direction="backward",
+                            allow_exact_matches=False)
+    matched = matched.dropna(subset=["forward"])
+    first = matched.groupby("instance", sort=False)["forward"].first()
+    linked[first.index.to_numpy(dtype=np.int64)] = first.to_numpy(dtype=np.int64)
+    return linked
+
+
+def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Op key of each instance and the op table (see the module docstring)."""
+    n = len(h)
+    name_key = h["name"].to_numpy() * 1_000_003 + h["domain"].to_numpy()  # distinct markers per domain
+    frame = pd.DataFrame({
+        "iteration": h["iteration"].to_numpy(),
+        "pid": h["pid"].to_numpy(),
+        "path": h["path"].to_numpy(),
+        "name": name_key,
+        "direction": h["direction"].to_numpy(),
+        "start": h["start"].to_numpy(),
+    })
+    order = np.argsort(frame["start"].to_numpy(), kind="stable")
+    own = linked < 0
+    occurrence = np.zeros(n, dtype=np.int64)
+    by = ["iteration", "pid", "path", "name", "direction"]
+    sub = frame.iloc[order][own[order]]
+    occurrence[sub.index.to_numpy()] = sub.groupby(by, sort=False).cumcount().to_numpy()
+    keys = np.full(n, -1, dtype=np.int64)
+    own_idx = np.flatnonzero(own)
+    keys[own_idx] = frame.iloc[own_idx].assign(occ=occurrence[own_idx]).groupby(
+        ["path", "name", "direction", "occ"], sort=False).ngroup().to_numpy()
+    # Backward ops linked to a forward instance: grouped under that instance's op.
+    link_idx = np.flatnonzero(~own)
+    if len(link_idx):
+        sub = frame.iloc[order][~own[order]].assign(forward=lambda f: linked[f.index.to_numpy()])
+        occurrence[sub.index.to_numpy()] = sub.groupby(["forward", "name"], sort=False).cumcount().to_numpy()
+        base = keys.max() + 1 if len(own_idx) else 0
+        linked_frame = pd.DataFrame({"fkey": keys[linked[link_idx]], "name": name_key[link_idx],
+                                     "occ": occurrence[link_idx]})
+        keys[link_idx] = base + linked_frame.groupby(["fkey", "name", "occ"], sort=False).ngroup().to_numpy()
+
+    first = pd.DataFrame({"key": keys, "start": h["start"].to_numpy(), "i": np.arange(n)}).sort_values(
+        "start", kind="stable").drop_duplicates("key")
+    rep = first["i"].to_numpy()
+    ops = pd.DataFrame({
+        "op_name": h["op_name"].to_numpy()[rep],
+        "direction": h["direction"].to_numpy()[rep],
+        "op_type": h["op_type"].to_numpy()[rep],
+        "first_start": first["start"].to_numpy(),
+        "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
+    }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
+    # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
+    # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
+    # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
+    distinct_types = pd.Series(ops["op_type"].astype(str).unique())
+    eligible = pd.Series(op_tc_eligible(distinct_types).to_numpy(), index=distinct_types.to_numpy())
+    ops["tc_eligible"] = eligible.reindex(ops["op_type"].astype(str).to_numpy()).to_numpy(dtype=bool)
+    fk = ops["forward_key"].to_numpy()
+    is_linked = fk >= 0
+    ops.loc[is_linked, "op_type"] = ops["op_type"].reindex(fk[is_linked]).to_numpy()
+    # Op ID: upper-cased op type + ordinal in order of first appearance (DLProf's CONV2D_1, LINEAR_3).
+    own_ops = ops[~is_linked].sort_values("first_start", kind="stable")
+    stems = own_ops["op_type"].astype(str).map(_op_id_stem)
+    ordinal = stems.groupby(stems.to_numpy(), sort=False).cumcount() + 1
+    ops["op_id"] = ""
+    ops.loc[own_ops.index, "op_id"] = (stems + "_" + ordinal.astype(str)).to_numpy()
+    ops.loc[is_linked, "op_id"] = ops["op_id"].reindex(fk[is_linked]).to_numpy()
+    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key"]]
+
+
+def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, uses_tc: pd.Series,
+             api: pd.DataFrame, api_instance: np.ndarray) -> pd.DataFrame:
+    """The §1.5 figures of each instance."""
+    n = len(h)
+    start = work["start"].to_numpy()
+    end = work["end"].to_numpy()
+    gpu = union_by_group(work_instance, start, end, n)
+    mine = work_instance >= 0
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, work_instance[mine], start[mine])
+    np.maximum.at(last, work_instance[mine], end[mine])
+    span = np.where(last >= first, last - first, 0)
+    is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
+    tc = np.zeros(len(work), dtype=bool)
+    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    duration = end - start
+    api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
+    cpu = (h["end"] - h["start"]).to_numpy()
+    return pd.DataFrame({
+        "key": h["key"].to_numpy(),
+        "iteration": h["iteration"].to_numpy(),
+        "start": h["start"].to_numpy(),
+        "end": h["end"].to_numpy(),
+        "global_tid": h["global_tid"].to_numpy(),
+        "path": h["path_text"].to_numpy(),
+        "data_types": h["data_types"].to_numpy(),
+        "input_shapes": h["input_shapes"].to_numpy(),
+        "stack": h["stack"].to_numpy(),
+        "cpu": cpu,
+        "gpu": gpu,
+        "gpu_idle": span - gpu,
+        "api": api_time,
+        "cpu_overhead": cpu - api_time,
+        "kernels": np.bincount(work_instance[is_kernel], minlength=n),
+        "tc_kernels": np.bincount(work_instance[tc], minlength=n),
+        "kernel_time": np.bincount(work_instance[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
+        "tc_kernel_time": np.bincount(work_instance[tc], weights=duration[tc], minlength=n).astype(np.int64),
+    })
+
