@@ -7,15 +7,19 @@ The CLI's ``--reports`` choices and ``--help`` text come from the registry (firs
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
 
 from ..model import Iterations, Profile
 from ..options import Options
+
+if TYPE_CHECKING:
+    from ..ops import Ops
 
 
 @dataclass(frozen=True)
@@ -134,13 +138,39 @@ class ReportContext:
         return time_breakdown(self.profile, self.iterations, self.work, self.kernel_uses_tc)
 
     @cached_property
+    def ops(self) -> Ops:
+        """Op instances from NVTX, the ops they group into, and the op of each `work` row (see dlagg.ops)."""
+        from ..ops import find_ops
+
+        return find_ops(self.profile, self.iterations, self.work, self.kernel_uses_tc, self.options.domains)
+
+    @cached_property
+    def op_instances(self) -> pd.DataFrame:
+        """Op instances of the aggregated iterations (by the op's start), with op columns joined."""
+        ops = self.ops
+        inst = ops.instances
+        inst = inst[self.iterations.in_selection(inst["iteration"].to_numpy())]
+        return inst.join(ops.ops, on="key")
+
+    @cached_property
     def work_ops(self) -> pd.DataFrame:
         """Op columns for each row of `work` (index-aligned); empty strings where no op is known.
 
         Columns: Op ID, Op Name, Direction, Op Type, Data Types, Input Shapes.
         """
-        empty = np.full(len(self.work), "", dtype=object)
-        return pd.DataFrame({column: empty for column in OP_COLUMNS}, index=self.work.index)
+        ops = self.ops
+        instance = ops.work_instance
+        has = instance >= 0
+        key = np.full(len(instance), -1, dtype=np.int64)
+        key[has] = ops.instances["key"].to_numpy()[instance[has]]
+        columns = {}
+        for column, source, by in (("Op ID", "op_id", key), ("Op Name", "op_name", key),
+                                   ("Direction", "direction", key), ("Op Type", "op_type", key),
+                                   ("Data Types", "data_types", instance), ("Input Shapes", "input_shapes", instance)):
+            table = ops.ops if source in ops.ops else ops.instances
+            values = np.append(table[source].to_numpy(dtype=object), "")  # last slot: "no op"
+            columns[column] = values[np.where(by >= 0, by, len(values) - 1)]
+        return pd.DataFrame(columns, index=self.work.index)
 
 
 OP_COLUMNS = ("Op ID", "Op Name", "Direction", "Op Type", "Data Types", "Input Shapes")
