@@ -9,6 +9,7 @@ from .. import __version__
 from ..timeline.breakdown import CLASSES
 from ..timeline.correlate import KERNEL, memory_label
 from .base import Report, ReportContext, Section, report
+from .detail import all_ops_table, tc_kernel_utilization
 
 DURATION_LABELS = {
     "tc_kernel": "Tensor Core Kernel Duration %",
@@ -74,6 +75,9 @@ def build(ctx: ReportContext) -> Report:
     summary_rows: list[tuple[str, object]] = [("Wall Clock Time (ns)", wall), ("GPU Utilization %", gpu_util)]
     shares = {name: pct(float(agg[name].sum()), wall) for name in (*CLASSES, "other")}
     summary_rows += [(DURATION_LABELS[name], shares[name]) for name in (*CLASSES, "other")]
+    tc_util = tc_kernel_utilization(ctx)  # defined in reports/detail.py and docs/ops.md
+    if tc_util is not None:
+        summary_rows.insert(1, ("Tensor Core Kernel Utilization %", tc_util))
 
     durations = agg["duration"].to_numpy(dtype=np.float64)
     iteration_rows: list[tuple[str, object]] = [
@@ -111,6 +115,8 @@ def build(ctx: ReportContext) -> Report:
     )
     scalars = {"wall_clock_ns": float(wall), "gpu_utilization_pct": gpu_util,
                **{f"{name}_pct": shares[name] for name in shares}}
+    if tc_util is not None:
+        scalars["tc_kernel_utilization_pct"] = tc_util
     return Report(
         "summary",
         "summary",
@@ -119,7 +125,11 @@ def build(ctx: ReportContext) -> Report:
             Section("Summary Report", _kv(summary_rows), header=False),
             Section("Iterations", _kv(iteration_rows), header=False),
             Section("All Kernels", kernels_table),
+            Section("All Ops", all_ops_table(ctx)),  # after All Kernels so earlier sections keep their place
         ),
         scalars=scalars,
         per_iteration=bd,
+        warnings=() if tc_util is not None else (
+            "summary: no Tensor Core Kernel Utilization %: no Tensor-Core-eligible op ran a kernel in the "
+            "aggregated iterations (see the detail report)",),
     )
