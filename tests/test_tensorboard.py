@@ -18,12 +18,13 @@ from dlagg.errors import OutputError
 from dlagg.model import Iterations
 from dlagg.options import Options
 from dlagg.pipeline import run
-from dlagg.writers.tensorboard_writer import TEXT_ROWS, md_escape, md_table, op_type_scalars
+from dlagg.writers.tensorboard_writer import TEXT_ROWS, TOP_OP_TYPES, md_escape, md_table, op_type_scalars
 
 from .conftest import recording
 
 START, STOP = 3, 12  # resnet_amp has 15 iterations: some before and some after the aggregated range
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
+OP_TYPE = "op_type_gpu_ms/"
 SCALAR_TAGS = {"iteration/time_ms", "iteration/gpu_utilization_pct", "iteration/tensor_core_kernel_pct",
                "iteration/kernel_count", *(f"duration_ms/{c}" for c in CLASSES)}
 DURATION_LABELS = {"tc_kernel": "Tensor Core Kernel Duration %", "kernel": "Non-Tensor Core Kernel Duration %",
@@ -128,8 +129,9 @@ def test_one_run_per_profile_with_the_iterations_outside_the_range_apart(amp: Pa
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["after_iter_stop", "before_iter_start"]
     main, before, after = read_run(folder), read_run(folder / "before_iter_start"), read_run(folder / "after_iter_stop")
     assert len(main.files) == len(before.files) == len(after.files) == 1
-    assert set(main.scalars) == SCALAR_TAGS  # no op types while ops are unknown
-    for tag in SCALAR_TAGS:
+    op_types = set(main.scalars) - SCALAR_TAGS
+    assert len(op_types) == TOP_OP_TYPES and all(t.startswith(OP_TYPE) for t in op_types)
+    for tag in main.scalars:
         assert list(main.scalars[tag].index) == list(range(START, STOP + 1))
         assert list(before.scalars[tag].index) == list(range(START))
         assert list(after.scalars[tag].index) == [13, 14]
@@ -196,7 +198,21 @@ def test_text_dashboards_equal_the_reports(amp: Path) -> None:
     assert shown["Kernel Name"].tolist() == head["Kernel Name"].tolist()
     assert [int(number(v)) for v in shown["Total GPU Time (ns)"]] == head["Total GPU Time (ns)"].tolist()
     assert shown["Calls"].map(number).astype(int).tolist() == head["Calls"].tolist()
-    assert "Long Kernel Name" not in shown.columns and "Op Name" not in shown.columns  # too wide / empty
+    assert "Long Kernel Name" not in shown.columns and "Min GPU Time (ns)" not in shown.columns  # too wide
+
+
+def test_op_type_series_equal_the_op_type_report(amp: Path) -> None:
+    folder = amp / "event_files" / "dlagg"
+    main = read_run(folder)
+    table = section_frame(report_json(amp, "op_type"), "Op Type Summary Report")
+    top = table.head(TOP_OP_TYPES)  # the report is sorted by total GPU time
+    assert {t for t in main.scalars if t.startswith(OP_TYPE)} == {OP_TYPE + t for t in top["Op Type"]}
+    for op_type, total in zip(top["Op Type"], top["Total GPU Time (ns)"], strict=True):
+        assert main.scalars[OP_TYPE + op_type].sum() * 1e6 == pytest.approx(total, rel=F32_REL), op_type
+    before = read_run(folder / "before_iter_start")
+    assert list(before.scalars[OP_TYPE + top["Op Type"].iloc[0]].index) == list(range(START))
+    shown = parse_md_table(main.texts["op_type/Op Type Summary Report"])
+    assert shown["Op Type"].tolist() == table["Op Type"].head(TEXT_ROWS).tolist()
 
 
 def test_metadata_dashboard(amp: Path) -> None:
@@ -227,7 +243,7 @@ def test_custom_scalars_layout_charts_every_written_tag(amp: Path) -> None:
 def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> None:
     run(Options(nsys_database=recording("resnet_amp"), reports=("kernel",), output_path=tmp_path, verbosity="quiet"))
     main = read_run(tmp_path / "event_files" / "dlagg")
-    assert set(main.scalars) == SCALAR_TAGS
+    assert set(main.scalars) >= SCALAR_TAGS
     assert list(main.scalars["iteration/time_ms"].index) == list(range(15))
     assert set(main.texts) == {"run/metadata", "kernel/Kernel Report"}
 
@@ -297,15 +313,17 @@ def test_markdown_cells_are_escaped_and_formatted() -> None:
         "Kernel Name": ["k_1", "k|2"],
         "Op Name": ["", ""],  # empty in every row: dropped
         "Total GPU Time (ns)": [1234567, 5],
-        "Avg GPU Time (ns)": [1.25, np.nan],
-        "Min GPU Time (ns)": [1, 2],  # min/max stay in the CSV
+        "TC Utilization (%)": [1.25, np.nan],
+        "Avg. GPU Time (ns)": [1.5, 2.5],  # averages, min/max and kernel-name lists stay in the CSV
+        "Min GPU Time (ns)": [1, 2],
         "Uses TC": [True, False],
         "Long Kernel Name": ["x", "y"],
+        "TC Kernel Names": ["x", "y"],
     })
     assert md_table(table, note="top rows").splitlines() == [
         "_top rows_",
         "",
-        "| Kernel Name | Total GPU Time (ns) | Avg GPU Time (ns) | Uses TC |",
+        "| Kernel Name | Total GPU Time (ns) | TC Utilization (%) | Uses TC |",
         "|---|---:|---:|---|",
         r"| k\_1 | 1,234,567 | 1.2 | yes |",
         r"| k\|2 | 5 |  | no |",
@@ -313,20 +331,20 @@ def test_markdown_cells_are_escaped_and_formatted() -> None:
 
 
 def _ctx(op_types: list[str], iterations: list[int], gpu_ns: list[int], start: int, stop: int) -> SimpleNamespace:
-    n = len(op_types)
-    work = pd.DataFrame({"start": np.zeros(n, dtype=np.int64), "end": np.asarray(gpu_ns, dtype=np.int64),
-                         "iteration": np.asarray(iterations, dtype=np.int64)})
-    ops = pd.DataFrame({"Op Type": np.asarray(op_types, dtype=object)})
+    """Op calls (one per item: its op's type, iteration, GPU time) as dlagg.ops gives them."""
+    names = sorted(set(op_types))
+    ops = pd.DataFrame({"op_type": np.asarray(names, dtype=object)}, index=pd.RangeIndex(len(names), name="key"))
+    instances = pd.DataFrame({"key": [names.index(t) for t in op_types], "iteration": iterations, "gpu": gpu_ns})
     windows = np.arange(0, 50, 10, dtype=np.int64)
     its = Iterations("k", "test", windows, windows + 10, start, stop)
-    return SimpleNamespace(work=work, work_ops=ops, iterations=its)
+    return SimpleNamespace(ops=SimpleNamespace(instances=instances, ops=ops), iterations=its)
 
 
 def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkeypatch) -> None:
     monkeypatch.setattr("dlagg.writers.tensorboard_writer.TOP_OP_TYPES", 2)
-    ctx = _ctx(["conv", "conv", "gemm", "relu", "", "relu", "conv", "relu"],
-               [1, 1, 1, 2, 2, 0, 2, -1],
-               [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
+    ctx = _ctx(["conv", "conv", "gemm", "relu", "relu", "conv", "relu"],
+               [1, 1, 1, 2, 0, 2, -1],
+               [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
     frame = op_type_scalars(ctx)
     # In iterations 1..2: conv 4 ms, gemm 2.5 ms, relu 0.5 ms (relu's 9 ms in iteration 0 and outside don't count).
     assert list(frame.columns) == ["op_type_gpu_ms/conv", "op_type_gpu_ms/gemm"]
@@ -337,4 +355,7 @@ def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkey
 
 
 def test_no_ops_no_op_type_series() -> None:
-    assert op_type_scalars(_ctx(["", ""], [0, 1], [5, 5], 0, 1)).empty
+    assert op_type_scalars(_ctx(["conv"], [-1], [5], 0, 1)).empty
+    empty = SimpleNamespace(ops=SimpleNamespace(instances=pd.DataFrame({"key": [], "iteration": [], "gpu": []}),
+                                                ops=pd.DataFrame({"op_type": []})), iterations=None)
+    assert op_type_scalars(empty).empty

@@ -24,6 +24,7 @@ import pytest
 
 from dlagg.options import Options
 from dlagg.pipeline import run
+from dlagg.writers.tensorboard_writer import TOP_OP_TYPES
 
 from .conftest import recording
 
@@ -132,9 +133,13 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     base, _ = served
     layout = get(base, "/data/plugin/custom_scalars/layout")
     titles = [c["title"] for c in layout["category"]]
-    assert titles == ["Iterations", "Where the iteration time goes (ms)"]  # no op types while ops are unknown
+    assert titles == ["Iterations", "Where the iteration time goes (ms)", "Op types"]
     chart = layout["category"][1]["chart"][0]
     data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=chart["multiline"]["tag"][0])
     assert data["regex_valid"]
     assert set(data["tag_to_events"]) == {f"duration_ms/{c}" for c in
                                           ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")}
+    (ops_chart,) = layout["category"][2]["chart"]
+    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=ops_chart["multiline"]["tag"][0])
+    assert len(data["tag_to_events"]) == TOP_OP_TYPES
+    assert all(tag.startswith("op_type_gpu_ms/") for tag in data["tag_to_events"])

@@ -56,8 +56,9 @@ TOP_OP_TYPES = 8
 TEXT_SKIP_REPORTS = frozenset({"iteration"})
 # A dashboard card is about 1,000 px wide: columns that would squeeze the others into one character
 # per line stay in the CSV/JSON only. Long kernel names are mangled C++ templates hundreds of
-# characters wide (the short name is shown); min/max columns sit next to total and average.
-TEXT_SKIP_COLUMNS = re.compile(r"Long Kernel Name|(Min|Max) .*")
+# characters wide (the short name is shown), kernel-name lists likewise; averages are the total over
+# the call count shown next to it, and min/max are spreads the CSV/JSON keep.
+TEXT_SKIP_COLUMNS = re.compile(r"Long Kernel Name|.*Kernel Names|(Avg\.?|Min|Max) .*")
 NS_PER_MS = 1e6
 
 DURATION_TITLES = {
@@ -80,7 +81,8 @@ SCALAR_DESCRIPTIONS = {
        for name, title in DURATION_TITLES.items()},
 }
 OP_TYPE_PREFIX = "op_type_gpu_ms/"
-OP_TYPE_DESCRIPTION = "GPU time (kernels and memory operations) of this op type in the iteration, ms."
+OP_TYPE_DESCRIPTION = ("GPU time of the calls of this op type starting in the iteration (per call: union of its "
+                       "kernels and memory operations, as in the op_type report), ms.")
 
 
 def iteration_scalars(ctx: ReportContext) -> pd.DataFrame:
@@ -113,17 +115,19 @@ def iteration_scalars(ctx: ReportContext) -> pd.DataFrame:
 
 
 def op_type_scalars(ctx: ReportContext) -> pd.DataFrame:
-    """GPU time per iteration of the top op types (empty frame when no op is known)."""
-    work = ctx.work
-    op_type = ctx.work_ops["Op Type"].to_numpy()
-    iteration = work["iteration"].to_numpy()
-    known = (iteration >= 0) & (op_type != "") & pd.notna(op_type)
+    """GPU time per iteration of the top op types (empty frame when no op is known).
+
+    As in the op_type report: an op call's GPU time is the union of its kernels and memory
+    operations, and the call belongs to the iteration in which it starts.
+    """
+    instances = ctx.ops.instances
+    known = instances["iteration"].to_numpy() >= 0
     if not known.any():
         return pd.DataFrame(index=pd.Index([], name="iteration"))
     frame = pd.DataFrame({
-        "iteration": iteration[known],
-        "op_type": op_type[known],
-        "gpu": (work["end"] - work["start"]).to_numpy()[known],
+        "iteration": instances["iteration"].to_numpy()[known],
+        "op_type": ctx.ops.ops["op_type"].reindex(instances["key"].to_numpy()[known]).to_numpy(),
+        "gpu": instances["gpu"].to_numpy()[known],
     })
     per = frame.groupby(["iteration", "op_type"])["gpu"].sum().unstack("op_type", fill_value=0)
     selected = per[ctx.iterations.in_selection(per.index.to_numpy())]
