@@ -22,6 +22,7 @@ class StringTable:
     """
 
     values: pd.Series  # index: int64 id, values: str
+    _matches: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def decode(self, ids: pd.Series | np.ndarray) -> pd.Series:
         """Texts for `ids` (missing ids give an empty string).
@@ -65,10 +66,25 @@ class StringTable:
             texts[found] = self.values.iloc[pos[found]].fillna("").to_numpy(dtype=object)
         return texts
 
-    def ids_matching(self, pattern: str) -> np.ndarray:
-        """Ids whose whole text matches the regular expression `pattern` (vectorised)."""
-        hits = self.values.str.fullmatch(pattern).fillna(False).to_numpy(dtype=bool)
-        return self.values.index[hits].to_numpy(dtype=np.int64)
+    def ids_matching(self, pattern: str, among: np.ndarray | None = None) -> np.ndarray:
+        """Ids whose whole text matches the regular expression `pattern` (vectorised).
+
+        With `among`, only those ids are tried (a caller that knows its candidates, e.g. OS
+        runtime call names, skips the 0.85 M NVTX texts per 160 MB of export). Answers over the
+        whole table are kept per pattern: several reports ask the same question.
+        """
+        if among is not None:
+            ids = np.unique(np.asarray(among, dtype=np.int64))
+            pos = self._positions(ids)
+            ids, pos = ids[pos >= 0], pos[pos >= 0]
+            hits = self.values.iloc[pos].str.fullmatch(pattern).fillna(False).to_numpy(dtype=bool)
+            return ids[hits]
+        if pattern not in self._matches:
+            hits = self.values.str.fullmatch(pattern).fillna(False).to_numpy(dtype=bool)
+            found = self.values.index[hits].to_numpy(dtype=np.int64)
+            found.setflags(write=False)
+            self._matches[pattern] = found
+        return self._matches[pattern]
 
     def ids_equal(self, text: str) -> np.ndarray:
         return self.values.index[(self.values == text).to_numpy()].to_numpy(dtype=np.int64)
