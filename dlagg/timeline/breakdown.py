@@ -34,22 +34,22 @@ from .iterations import key_instances, ranges
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu")
 
 
-def _cpu_ranges(profile: Profile, iterations: Iterations) -> pd.DataFrame:
-    """NVTX ranges that are neither a key-node instance nor a range enclosing one."""
-    rng = ranges(profile)
+def _cpu_ranges(profile: Profile, iterations: Iterations, rng: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the NVTX ranges `rng` that are neither a key-node instance nor enclose one."""
+    r_start = rng["start"].to_numpy()
+    r_end = rng["end"].to_numpy()
     if not iterations.found or rng.empty:
-        return rng
+        return r_start, r_end
     keys = key_instances(profile, iterations.key_node).sort_values("start")
     k_start = keys["start"].to_numpy()
     k_end = keys["end"].to_numpy()
-    r_start = rng["start"].to_numpy()
-    r_end = rng["end"].to_numpy()
     # Key instances do not overlap, so the first one starting inside r ends first among them.
     idx = np.searchsorted(k_start, r_start, side="left")
     safe = np.minimum(idx, len(k_start) - 1)
     encloses = (idx < len(k_start)) & (k_end[safe] <= r_end)
     is_key = np.isin(rng["text_id"].to_numpy(), keys["text_id"].unique()) if len(keys) else np.zeros(len(rng), bool)
-    return rng[~(encloses | is_key)]
+    keep = ~(encloses | is_key)
+    return r_start[keep], r_end[keep]
 
 
 def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series) -> pd.DataFrame:
@@ -63,21 +63,20 @@ def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame,
     w_end = work["end"].to_numpy()
 
     rng = ranges(profile)
-    loader_ids = profile.strings.ids_matching(DATALOADER_RANGE)
-    loader = rng[np.isin(rng["text_id"].to_numpy(), loader_ids)]
+    is_loader = np.isin(rng["text_id"].to_numpy(), profile.strings.ids_matching(DATALOADER_RANGE))
     osrt = profile.osrt
-    io = osrt[np.isin(osrt["name_id"].to_numpy(), profile.strings.ids_matching(IO_CALL))]
-    cpu_rng = _cpu_ranges(profile, iterations)
+    io_ids = profile.strings.ids_matching(IO_CALL, among=osrt["name_id"].to_numpy())
+    io = osrt[np.isin(osrt["name_id"].to_numpy(), io_ids)]
+    cpu_start, cpu_end = _cpu_ranges(profile, iterations, rng)
     api = profile.runtime
 
     classes = [
         (w_start[tc], w_end[tc]),
         (w_start[is_kernel & ~tc], w_end[is_kernel & ~tc]),
         (w_start[~is_kernel], w_end[~is_kernel]),
-        (loader["start"].to_numpy(), loader["end"].to_numpy()),
+        (rng["start"].to_numpy()[is_loader], rng["end"].to_numpy()[is_loader]),
         (io["start"].to_numpy(), io["end"].to_numpy()),
-        (np.concatenate((api["start"].to_numpy(), cpu_rng["start"].to_numpy())),
-         np.concatenate((api["end"].to_numpy(), cpu_rng["end"].to_numpy()))),
+        (np.concatenate((api["start"].to_numpy(), cpu_start)), np.concatenate((api["end"].to_numpy(), cpu_end))),
     ]
     parts = intervals.partition(classes, starts, ends)
 

@@ -47,7 +47,9 @@ def glob_regex(pattern: str) -> str:
 def ranges(profile: Profile) -> pd.DataFrame:
     """NVTX ranges (push/pop and start/end), without marks."""
     nvtx = profile.nvtx
-    return nvtx[np.isin(nvtx["event_type"].to_numpy(), NVTX_RANGE_TYPES)]
+    is_range = np.isin(nvtx["event_type"].to_numpy(), NVTX_RANGE_TYPES)
+    # Usually every row is a range: return the frame itself, not a copy (GBs on big exports).
+    return nvtx if is_range.all() else nvtx[is_range]
 
 
 def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
