@@ -143,7 +143,8 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     parsed = mk.parse_markers(profile.strings, text_id)
     name, seq, names = parsed.name, parsed.seq, parsed.names
     kind = np.where(name >= 0, names["kind"].to_numpy()[np.maximum(name, 0)], mk.IGNORE).astype(np.int8)
-    kind[(kind == mk.USER) & (domain != 0)] = mk.LIBRARY
+    # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
+    kind[np.isin(kind, (mk.USER, mk.FORWARD)) & (domain != 0)] = mk.LIBRARY
 
     # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
     if iterations.found:
@@ -192,15 +193,11 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         "domain": domain[heads],
         "path": path_code[heads],
     })
-    h["op_name"] = names["op_name"].to_numpy()[h["name"].to_numpy()]
-    h["op_type"] = names["op_type"].to_numpy()[h["name"].to_numpy()]
-    h["direction"] = names["direction"].to_numpy()[h["name"].to_numpy()]
-    h["stack"] = names["stack"].to_numpy()[h["name"].to_numpy()]
-    h["data_types"] = names["data_types"].to_numpy()[h["name"].to_numpy()]
-    h["input_shapes"] = names["input_shapes"].to_numpy()[h["name"].to_numpy()]
+    for column in ("op_name", "op_type", "direction", "stack", "data_types", "input_shapes"):
+        # object, not pandas' arrow "str": these frames are built once and never searched
+        h[column] = pd.Series(names[column].to_numpy(dtype=object)[h["name"].to_numpy()], dtype=object)
     _library_names(h, profile)
     _trace_details(h, kind, parent, name, names)
-    _emit_shapes(h, profile, text_id)
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
     instance_of_row = np.full(len(forest), -1, dtype=np.int64)
@@ -215,15 +212,14 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     work_range = np.full(len(work), -1, dtype=np.int64)
     work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
                                            work["api_end"].to_numpy()[has_api])
-    work_instance = np.where(work_range >= 0, instance_of_row[head_of[np.maximum(work_range, 0)]], -1)
-    work_instance[work_range < 0] = -1
+    work_instance = _instance(work_range, head_of, instance_of_row)
     api = profile.runtime
     api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
-    api_instance = np.where(api_range >= 0, instance_of_row[head_of[np.maximum(api_range, 0)]], -1)
-    api_instance[api_range < 0] = -1
+    api_instance = _instance(api_range, head_of, instance_of_row)
+    _emit_shapes(h, profile, text_id, np.bincount(work_instance[work_instance >= 0], minlength=len(h)) > 0)
 
     # A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
-    h["path_text"] = np.asarray(paths, dtype=object)[h["path"].to_numpy()]
+    h["path_text"] = pd.Series(np.asarray(paths, dtype=object)[h["path"].to_numpy()], dtype=object)
     is_trace = (h["kind"] == mk.TRACE).to_numpy()
     if is_trace.any():
         stack_dir = h.loc[is_trace, "op_name"].astype(str).str.strip("/").str.rpartition("/")[0]
@@ -231,6 +227,12 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
             "//", "/", regex=False).to_numpy()
     instances = _measure(h, work, work_instance, uses_tc, api, api_instance)
     return Ops(instances, ops, work_instance, tuple(warnings))
+
+
+def _instance(innermost: np.ndarray, head_of: np.ndarray, instance_of_row: np.ndarray) -> np.ndarray:
+    """Op instance of each call from its innermost enclosing range (-1: no range, or no op above it)."""
+    head = np.where(innermost >= 0, head_of[np.maximum(innermost, 0)], -1)
+    return np.where(head >= 0, instance_of_row[np.maximum(head, 0)], -1)
 
 
 def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray,
@@ -284,9 +286,13 @@ def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: 
         h.loc[has, column] = names[column].to_numpy()[codes]
 
 
-def _emit_shapes(h: pd.DataFrame, profile: Profile, text_id: np.ndarray) -> None:
-    """emit_nvtx ops carry their input shapes in ``sizes = [...]`` (record_shapes=True)."""
-    emit = np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD))
+def _emit_shapes(h: pd.DataFrame, profile: Profile, text_id: np.ndarray, launched: np.ndarray) -> None:
+    """emit_nvtx ops carry their input shapes in ``sizes = [...]`` (record_shapes=True).
+
+    Read only for instances that launched GPU work: the shapes are shown per kernel (iteration
+    report), and reading them for every call costs more than the rest of the op search.
+    """
+    emit = np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD)) & launched
     if not emit.any():
         return
     h.loc[emit, "input_shapes"] = mk.input_shapes(profile.strings, text_id[h["row"].to_numpy()[emit]])
@@ -363,6 +369,12 @@ def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.nd
         "first_start": first["start"].to_numpy(),
         "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
     }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
+    # Two backward nodes of one forward op with the same name (AMP casts weight and bias: two
+    # ToCopyBackward0 under one linear) are told apart like DLProf's stacks do: "ToCopyBackward0(2)".
+    again = (linked[rep] >= 0) & (occurrence[rep] > 0)
+    if again.any():
+        ops.loc[first["key"].to_numpy()[again], "op_name"] = [
+            f"{n}({k + 1})" for n, k in zip(h["op_name"].to_numpy()[rep[again]], occurrence[rep[again]], strict=True)]
     # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
     # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
     # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
@@ -401,16 +413,16 @@ def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, use
     duration = end - start
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()
+    text = {c: pd.Series(h[source].to_numpy(dtype=object), dtype=object)  # object: no arrow conversion
+            for c, source in (("path", "path_text"), ("data_types", "data_types"), ("input_shapes", "input_shapes"),
+                              ("stack", "stack"))}
     return pd.DataFrame({
         "key": h["key"].to_numpy(),
         "iteration": h["iteration"].to_numpy(),
         "start": h["start"].to_numpy(),
         "end": h["end"].to_numpy(),
         "global_tid": h["global_tid"].to_numpy(),
-        "path": h["path_text"].to_numpy(),
-        "data_types": h["data_types"].to_numpy(),
-        "input_shapes": h["input_shapes"].to_numpy(),
-        "stack": h["stack"].to_numpy(),
+        **text,
         "cpu": cpu,
         "gpu": gpu,
         "gpu_idle": span - gpu,

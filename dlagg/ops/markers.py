@@ -28,6 +28,7 @@ decided per distinct name, of which a large recording has a few hundred.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 
@@ -80,9 +81,12 @@ def backward_op(name: str) -> tuple[str, str]:
 def _dict_fields(text: str) -> dict[str, object] | None:
     """A DLProf/PyProf dict marker as a dict, or None when the text is not one."""
     try:
-        value = ast.literal_eval(text)
+        value = ast.literal_eval(text)  # PyProf/DLProf write Python reprs: single quotes, tuples
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
+        try:
+            value = json.loads(text)  # DLProf's {"model_config": {"emit_nvtx": true}} is JSON
+        except ValueError:
+            return None
     return value if isinstance(value, dict) else None
 
 
@@ -156,6 +160,14 @@ def _lookup(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: in
     return table[np.where(wanted >= 0, wanted, len(table) - 1)]
 
 
+def _positions(index: pd.Index, ids: np.ndarray) -> np.ndarray:
+    """Row of each id in the string table (-1 when absent); ids are the rows when the table is dense."""
+    n = len(index)
+    if n and index.is_monotonic_increasing and index[0] == 0 and index[-1] == n - 1:
+        return np.where(ids < n, ids, -1)
+    return index.get_indexer(ids)
+
+
 def _flags(values: pa.Array) -> np.ndarray:
     return pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(bool)
 
@@ -181,7 +193,7 @@ def parse_markers(strings: StringTable, text_ids: np.ndarray) -> Parsed:
     text_ids = np.asarray(text_ids, dtype=np.int64)
     ids = distinct_ids(text_ids)
     table = strings.values
-    positions = table.index.get_indexer(ids)
+    positions = _positions(table.index, ids)
     ids = ids[positions >= 0]
     positions = positions[positions >= 0]
     text = _arrow(table)
@@ -222,7 +234,7 @@ def input_shapes(strings: StringTable, text_ids: np.ndarray) -> np.ndarray:
     """emit_nvtx ``sizes = [...]`` text per row of `text_ids` ('' when absent); call it for op heads only."""
     text_ids = np.asarray(text_ids, dtype=np.int64)
     ids = distinct_ids(text_ids)
-    positions = strings.values.index.get_indexer(ids)
+    positions = _positions(strings.values.index, ids)
     ids, positions = ids[positions >= 0], positions[positions >= 0]
     if len(ids) == 0:
         return np.full(len(text_ids), "", dtype=object)

@@ -1,0 +1,351 @@
+"""Ops on hand-built exports: which range owns which GPU work, the §1.5 formulas, grouping, domains.
+
+GIVEN a tiny nsys-shaped export, WHEN dlagg finds the ops, THEN every figure is the one worked
+out by hand in the test (times in ns).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlagg.errors import OptionsError
+from dlagg.ops import union_by_group
+from dlagg.ops.markers import backward_op, classify_name, normalise_op
+from dlagg.ops.tree import Forest
+from dlagg.options import Options
+from dlagg.reader import load_profile
+from dlagg.reports.base import ReportContext
+from dlagg.timeline.iterations import detect_iterations
+
+from .builders import PID, TID, ExportBuilder, global_tid
+
+BWD_TID = TID + 1  # autograd's backward thread
+
+
+class Builder(ExportBuilder):
+    """ExportBuilder plus NVTX endGlobalTid (ranges ending on another thread) and memsets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.end_tids: dict[int, int] = {}  # row in self.nvtx -> end thread
+        self.memsets: list[tuple] = []
+
+    def cross_thread_range(self, start: int, end: int, text: str, *, end_tid: int) -> None:
+        self.end_tids[len(self.nvtx)] = global_tid(PID, end_tid)
+        self.range(start, end, text, event_type=60)
+
+    def memset(self, api_start: int, api_end: int, start: int, end: int, *, tid: int = TID) -> None:
+        corr = self.api(api_start, api_end, "cudaMemsetAsync_v3020", tid=tid)
+        self.memsets.append((start, end, 0, 7, corr, PID << 24, 64, 2))
+
+    def write(self, path: Path) -> Path:
+        super().write(path)
+        conn = sqlite3.connect(path)
+        conn.execute("ALTER TABLE NVTX_EVENTS ADD COLUMN endGlobalTid INTEGER")
+        for row, tid in self.end_tids.items():
+            conn.execute("UPDATE NVTX_EVENTS SET endGlobalTid = ? WHERE rowid = ?", (tid, row + 1))
+        conn.execute("""CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL,
+                        deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+                        bytes INTEGER, memKind INTEGER)""")
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?,?,?,?,?,?,?,?)", self.memsets)
+        conn.commit()
+        conn.close()
+        return path
+
+
+def context(b: Builder, tmp_path: Path, **options: object) -> ReportContext:
+    path = b.write(tmp_path / f"ops{len(list(tmp_path.glob('*.sqlite')))}.sqlite")
+    profile = load_profile(path)
+    iterations = detect_iterations(profile, options.pop("key_node", None))  # type: ignore[arg-type]
+    return ReportContext(profile, iterations, Options(nsys_database=path, **options))  # type: ignore[arg-type]
+
+
+def detail(ctx: ReportContext) -> pd.DataFrame:
+    return ctx.report("detail").table
+
+
+def by_name(ctx: ReportContext) -> pd.DataFrame:
+    """Op instances with their op's name, one row per instance."""
+    return ctx.ops.instances.join(ctx.ops.ops, on="key").set_index("op_name")
+
+
+# --- formulas (§1.5) ------------------------------------------------------------------------------
+
+def test_overlapping_kernels_on_two_streams_count_once(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 1000, "aten::mm, seq = 1, op_id = 1")
+    b.launch(10, 20, 100, 300, "gemm_a", stream=7)
+    b.launch(30, 40, 200, 400, "gemm_b", stream=8)  # overlaps [200, 300) on another stream
+    b.launch(50, 60, 600, 700, "gemm_c", stream=7)  # gap [400, 600) is GPU idle inside the op
+    ctx = context(b, tmp_path)
+    row = by_name(ctx).loc["aten::mm"]
+    assert row["cpu"] == 1000
+    assert row["gpu"] == 200 + 200 + 100 - 100 == 400  # union of [100,300) [200,400) [600,700)
+    assert row["gpu_idle"] == (700 - 100) - 400
+    assert row["api"] == 30
+    assert row["cpu_overhead"] == 1000 - 30
+    assert row["kernels"] == 3
+
+
+def test_op_without_gpu_work(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 500, "aten::empty, op_id = 1")
+    b.api(100, 180, "cudaMalloc_v3020")
+    b.range(600, 900, "aten::relu, seq = 2, op_id = 2")
+    b.launch(610, 620, 700, 750, "relu_kernel")
+    ctx = context(b, tmp_path)
+    table = detail(ctx).set_index("Op Name")
+    empty = table.loc["aten::empty"]
+    assert empty["Total CPU Time (ns)"] == 500 and empty["Total GPU Time (ns)"] == 0
+    assert empty["Total GPU Idle (ns)"] == 0
+    assert empty["Total CPU Overhead (ns)"] == 500 - 80  # cudaMalloc counts: all API calls, not only launches
+    assert table.loc["aten::relu", "Total GPU Time (ns)"] == 50
+
+
+def test_op_launching_a_memcpy_and_a_memset(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 1000, "aten::copy_, seq = 1, op_id = 1")
+    b.copy(10, 50, 100, 400)
+    b.memset(60, 70, 450, 500)
+    ctx = context(b, tmp_path)
+    row = by_name(ctx).loc["aten::copy_"]
+    assert row["gpu"] == 300 + 50 and row["gpu_idle"] == (500 - 100) - 350
+    assert row["kernels"] == 0 and row["kernel_time"] == 0
+    assert set(ctx.work_ops["Op Name"]) == {"aten::copy_"}  # both memory operations carry the op
+
+
+def test_api_calls_nested_in_api_calls_are_counted_once(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 1000, "aten::mm, seq = 1, op_id = 1")
+    b.launch(100, 300, 400, 500, "gemm")
+    b.api(150, 250, "INVALID")  # a driver call made inside cudaLaunchKernel (CUDA 13 does this)
+    ctx = context(b, tmp_path)
+    assert by_name(ctx).loc["aten::mm", "cpu_overhead"] == 1000 - 200
+
+
+def test_nested_ranges_innermost_op_and_group_paths(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 10_000, "forward")
+    b.range(100, 2000, "aten::linear, seq = 5, op_id = 1")  # an op: the dispatcher chain below is its body
+    b.range(200, 1900, "aten::addmm, seq = 5, op_id = 2")
+    b.launch(300, 310, 400, 600, "gemm")
+    b.range(3000, 9000, "encoder")  # user range enclosing a user leaf range: a group
+    b.range(3100, 4000, "attention")  # user range enclosing nothing: an op
+    b.launch(3200, 3210, 3300, 3400, "attn_kernel")
+    b.launch(5000, 5010, 5100, 5200, "stray")  # in encoder, outside every op: no op
+    ctx = context(b, tmp_path)
+    ops = by_name(ctx)
+    assert set(ops.index) == {"aten::linear", "attention"}
+    assert ops.loc["aten::linear", "path"] == "/forward/" and ops.loc["aten::linear", "kernels"] == 1
+    assert ops.loc["attention", "path"] == "/forward/encoder/" and ops.loc["attention", "kernels"] == 1
+    assert ops.loc["aten::linear", "op_type"] == "linear" and ops.loc["aten::linear", "tc_eligible"]
+    kernel_ops = ctx.work_ops.set_index(ctx.profile.strings.decode(ctx.work["name_id"]).to_numpy())["Op Name"]
+    assert kernel_ops.to_dict() == {"gemm": "aten::linear", "attn_kernel": "attention", "stray": ""}
+    groups = ctx.report("group_node").table.set_index("Name")
+    assert list(groups.index) == ["/", "/forward/", "/forward/encoder/"]
+    assert groups.loc["/", "Num Calls Aggregated"] == 2 and groups.loc["/forward/encoder/", "Num Calls Aggregated"] == 1
+    assert groups.loc["/forward/", "Num TC Eligible Ops"] == 1
+    assert groups.loc["/", "Total GPU Time (ns)"] == 200 + 100
+
+
+def test_nested_dlprof_markers_innermost_wins(tmp_path: Path) -> None:
+    """DLProf's plugin nests a helper's traceMarker inside linear's; a kernel goes to the innermost."""
+    outer = "{'traceMarker': ['net.py:28'], 'funcStack': '/<module>/Net::forward/Linear::forward/linear'}"
+    outer_args = ("{'mod': 'torch.nn.functional', 'op': 'linear', 'args': [{'name': '', 'type': 'tensor', "
+                  "'shape': (1, 400), 'dtype': 'float16'}, {'name': '', 'type': 'tensor', 'shape': (120, 400), "
+                  "'dtype': 'float16'}]}")
+    inner = "{'traceMarker': ['net.py:28', 'functional.py:1846'], 'funcStack': '/<module>/Net::forward/linear/helper'}"
+    b = Builder()
+    b.range(0, 1000, outer)
+    b.range(10, 990, outer_args)
+    b.range(20, 100, inner)
+    b.launch(30, 40, 50, 60, "helper_kernel")
+    b.range(200, 900, "aten::linear, seq = 7")
+    b.launch(300, 310, 320, 420, "h1688gemm")
+    ctx = context(b, tmp_path)
+    ops = by_name(ctx)
+    linear = ops.loc["/<module>/Net::forward/Linear::forward/linear"]
+    assert linear["op_type"] == "linear" and linear["data_types"] == "float16"
+    assert linear["input_shapes"] == "[1, 400]; [120, 400]" and linear["stack"] == "net.py:28"
+    assert linear["kernels"] == 1 and linear["tc_kernels"] == 1
+    assert linear["path"] == "/<module>/Net::forward/Linear::forward/"
+    assert ops.loc["/<module>/Net::forward/linear/helper", "kernels"] == 1
+
+
+def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
+    b = Builder()
+    b.cross_thread_range(0, 1000, "async_region", end_tid=TID + 5)
+    b.launch(100, 110, 200, 300, "k")
+    b.range(400, 600, "aten::add, seq = 1, op_id = 1")
+    b.launch(410, 420, 430, 440, "add_kernel")
+    ctx = context(b, tmp_path)
+    assert set(by_name(ctx).index) == {"aten::add"}
+    assert any("end on another thread" in w for w in ctx.ops.warnings)
+    assert ctx.work_ops["Op Name"].tolist() == ["", "aten::add"]
+
+
+def test_work_launched_on_another_thread_is_not_the_ranges(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(0, 1000, "aten::mm, seq = 1, op_id = 1")
+    b.launch(100, 110, 200, 300, "k", tid=TID + 3)  # same time, other thread: not inside the range
+    ctx = context(b, tmp_path)
+    assert ctx.work_ops["Op Name"].tolist() == [""]
+    assert by_name(ctx).loc["aten::mm", "gpu"] == 0
+
+
+# --- grouping across iterations, backward linking -------------------------------------------------
+
+def training_steps(b: Builder, steps: int = 3) -> None:
+    """`steps` iterations: forward conv2d, conv2d, linear; backward on autograd's thread."""
+    for i in range(steps):
+        t = i * 100_000
+        seq = 10 * i
+        b.range(t, t + 90_000, "train_step")
+        b.range(t + 100, t + 40_000, "forward")
+        for j, (op, kernel) in enumerate((("aten::conv2d", "h1688conv"), ("aten::conv2d", "sgemm_conv"),
+                                         ("aten::linear", "h884gemm"))):
+            s = t + 1000 + j * 10_000
+            b.range(s, s + 5000, f"{op}, seq = {seq + j}, op_id = {1000 * i + j}, sizes = [[32, 3], [3, 3]]")
+            b.launch(s + 100, s + 200, s + 300, s + 1300 + 100 * j, kernel)
+        for j, node in enumerate(("AddmmBackward0", "ConvolutionBackward0", "ConvolutionBackward0")):
+            s = t + 50_000 + j * 10_000
+            fwd_seq = seq + 2 - j
+            b.range(s, s + 5000, f"autograd::engine::evaluate_function: {node}, op_id = {500 + j}", tid=BWD_TID)
+            b.range(s + 10, s + 4900, f"{node}, seq = {fwd_seq}, op_id = {600 + j}", tid=BWD_TID)
+            b.launch(s + 100, s + 200, s + 300, s + 2300, "dgrad_h1688" if j else "h884gemm_bwd", tid=BWD_TID)
+        b.range(t + 85_000, t + 86_000, "torch::autograd::AccumulateGrad, op_id = 9", tid=BWD_TID)
+
+
+def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tmp_path: Path) -> None:
+    b = Builder()
+    training_steps(b)
+    ctx = context(b, tmp_path)
+    table = detail(ctx)
+    rows = table.set_index(["Op ID", "Direction"])
+    assert sorted(rows.index) == [("ACCUMULATE_GRAD_1", "bprop"), ("CONV2D_1", "bprop"), ("CONV2D_1", "fprop"),
+                                  ("CONV2D_2", "bprop"), ("CONV2D_2", "fprop"), ("LINEAR_1", "bprop"),
+                                  ("LINEAR_1", "fprop")]
+    assert (table["No. Calls"] == 3).all()  # one row per op, one call per iteration, never per op_id
+    assert rows.loc[("CONV2D_1", "fprop"), "Using TC"] == "yes" and rows.loc[("CONV2D_2", "fprop"), "Using TC"] == "no"
+    # ConvolutionBackward0 of seq 1 (second conv) ran third in the backward pass
+    assert rows.loc[("CONV2D_2", "bprop"), "Op Name"] == "ConvolutionBackward0"
+    assert rows.loc[("LINEAR_1", "bprop"), "Op Type"] == "linear"
+    assert rows.loc[("LINEAR_1", "bprop"), "TC Eligible"] == "yes"
+    assert rows.loc[("ACCUMULATE_GRAD_1", "bprop"), "TC Eligible"] == "no"
+    # kernel counts per op add up to every kernel of the aggregated iterations
+    kernels = ctx.ops.instances.groupby("key")["kernels"].sum().sum()
+    assert kernels == len(ctx.selected_work) == 18
+    # op_type totals add up to the All Ops summary
+    op_types = ctx.report("op_type").table
+    all_ops = ctx.report("summary").sections[-1].table.set_index("")
+    assert op_types["Total GPU Time (ns)"].sum() == all_ops.loc["All ops", "GPU Time (ns)"]
+    assert op_types["Total CPU Time (ns)"].sum() == all_ops.loc["All ops", "CPU Time (ns)"]
+    assert op_types["# Ops"].sum() == all_ops.loc["All ops", "# Ops"] == len(table)
+    assert op_types.set_index("Op Type").loc["conv2d", "# Calls"] == 12
+    shapes = ctx.work_ops["Input Shapes"][ctx.work_ops["Direction"] == "fprop"]
+    assert set(shapes) == {"[[32, 3], [3, 3]]"}
+
+
+def test_iteration_range_selects_calls(tmp_path: Path) -> None:
+    b = Builder()
+    training_steps(b)
+    ctx = context(b, tmp_path)
+    ctx_range = ReportContext(ctx.profile, detect_iterations(ctx.profile, None, 1, 1), ctx.options)
+    assert (detail(ctx_range)["No. Calls"] == 1).all()
+
+
+def test_tensor_report_and_utilization(tmp_path: Path) -> None:
+    b = Builder()
+    training_steps(b, steps=2)
+    ctx = context(b, tmp_path)
+    tensor = ctx.report("tensor").table.set_index(["Op ID", "Direction"])
+    conv2 = tensor.loc[("CONV2D_2", "fprop")]
+    assert conv2["Uses TC"] == "no" and conv2["TC Utilization (%)"] == 0.0
+    assert conv2["Total GPU Time (ns)"] == 2 * 1100 and conv2["Non-TC Kernel Names"] == "sgemm_conv"
+    conv1 = tensor.loc[("CONV2D_1", "fprop")]
+    assert conv1["TC GPU Time (ns)"] == 2 * 1000 and conv1["TC Kernel Names"] == "h1688conv"
+    assert ("ACCUMULATE_GRAD_1", "bprop") not in tensor.index
+    # eligible kernel time: fwd 1000 + 1100 + 1200, bwd 2000 x 3 per iteration; TC: all but sgemm_conv
+    summary = dict(ctx.report("summary").sections[1].table.values)
+    assert summary["Tensor Core Kernel Utilization %"] == round(100 * (9300 - 1100) / 9300, 1)
+
+
+def test_domains_option(tmp_path: Path) -> None:
+    b = Builder()
+    b.range(-5, None, "CCCL", event_type=75, domain=2)
+    b.range(0, 1000, "sort_step")
+    b.range(100, 900, "cub::DeviceRadixSort", domain=2)
+    b.launch(200, 210, 300, 400, "radix_sort_kernel")
+    everything = context(b, tmp_path)
+    assert set(by_name(everything).index) == {"CCCL:cub::DeviceRadixSort"}
+    only_default = context(b, tmp_path, domains=("default",))
+    assert set(by_name(only_default).index) == {"sort_step"}
+    with pytest.raises(OptionsError, match="cuBLAS"):
+        _ = context(b, tmp_path, domains=("cuBLAS",)).ops
+
+
+def test_no_ranges_gives_empty_reports_with_a_warning(tmp_path: Path) -> None:
+    b = Builder()
+    b.launch(0, 10, 20, 30, "k")
+    ctx = context(b, tmp_path)
+    report = ctx.report("detail")
+    assert report.table.empty and list(report.table.columns)[:4] == ["Op ID", "Op Name", "Direction", "Op Type"]
+    assert any("defines an op" in w for w in report.warnings)
+    assert ctx.report("op_type").table.empty and ctx.report("group_node").table.empty
+    assert ctx.work_ops["Op ID"].tolist() == [""]
+
+
+# --- building blocks ------------------------------------------------------------------------------
+
+def test_forest_parent_and_innermost() -> None:
+    # thread 1: A[0,100] > B[10,50] > C[20,30]; D[60,90] in A; thread 2: E[0,100]
+    tid = np.array([1, 1, 1, 1, 2])
+    start = np.array([10, 0, 20, 60, 0])
+    end = np.array([50, 100, 30, 90, 100])
+    forest = Forest.build(tid, start, end)
+    names = np.array(list("BACDE"))[forest.order]
+    parent = {names[i]: (names[p] if p >= 0 else None) for i, p in enumerate(forest.parent)}
+    assert parent == {"A": None, "B": "A", "C": "B", "D": "A", "E": None}
+    hits = forest.innermost(np.array([1, 1, 1, 1, 2, 3]), np.array([25, 35, 55, 70, 5, 5]),
+                            np.array([26, 36, 56, 95, 6, 6]))
+    assert [names[h] if h >= 0 else None for h in hits] == ["C", "B", "A", "A", "E", None]
+
+
+def test_union_by_group() -> None:
+    group = np.array([0, 0, 0, 1, 1, -1])
+    start = np.array([0, 5, 20, 0, 0, 0])
+    end = np.array([10, 15, 30, 5, 5, 100])
+    assert union_by_group(group, start, end, 3).tolist() == [25, 5, 0]
+
+
+@pytest.mark.parametrize(("name", "op_type"), [
+    ("aten::relu_", "relu"), ("aten::_foreach_add_", "_foreach_add"), ("torch.nn.functional.conv2d", "conv2d"),
+    ("aten::__and__", "__and__"),
+])
+def test_normalise_op(name: str, op_type: str) -> None:
+    assert normalise_op(name) == op_type
+
+
+@pytest.mark.parametrize(("name", "node", "op_type"), [
+    ("autograd::engine::evaluate_function: ConvolutionBackward0", "ConvolutionBackward0", "convolution"),
+    ("CudnnBatchNormBackward0", "CudnnBatchNormBackward0", "cudnn_batch_norm"),
+    ("torch::autograd::AccumulateGrad", "AccumulateGrad", "accumulate_grad"),
+    ("ScaledDotProductFlashAttentionBackward0", "ScaledDotProductFlashAttentionBackward0",
+     "scaled_dot_product_flash_attention"),
+])
+def test_backward_names(name: str, node: str, op_type: str) -> None:
+    assert backward_op(name) == (node, op_type)
+
+
+def test_classify_marker_kinds() -> None:
+    assert classify_name('{"model_config": {"emit_nvtx": true}}', False)["kind"] == 6  # IGNORE
+    assert classify_name("{not a dict", False)["op_name"] == "{not a dict"  # plain range
+    assert classify_name("Optimizer.step#SGD.step", True)["direction"] == ""
+    assert classify_name("aten::mm", False)["direction"] == "fprop"
+    assert classify_name("MmBackward0", True)["direction"] == "bprop"
+
