@@ -121,3 +121,29 @@ def test_stdout_silent_when_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main([f"--nsys_database={db}", "--reports=expert_systems", f"--output_path={tmp_path}", "-b",
                  f"--verbosity={verbosity}"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_amp_uses_op_ranges_when_present() -> None:
+    """resnet_fp32 has emit_nvtx op ranges: every conv2d/linear op runs without Tensor Cores."""
+    finding = fired("resnet_fp32")["amp"]
+    assert finding.ops.startswith("CONV2D_")
+    assert "tensor report: 42 of 42 Tensor-Core-eligible ops (conv2d, linear)" in finding.evidence
+    # no_emit_nvtx has no op ranges: the kernel-level rule alone decides, and Ops stays empty.
+    assert fired("no_emit_nvtx")["amp"].ops == ""
+
+
+def test_eligibility_ignores_parameter_types() -> None:
+    from dlagg.expert.precision import _classes
+
+    names = pd.Series([
+        "void fft2d_r2c_32x32<float, (bool)0, (unsigned int)0, (bool)0>(float2 *, const T1 *, int, "
+        "cudnn::reduced_divisor, bool, int2, int, int)",
+        "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::implicit_gemm::"
+        "wgrad_indexed::Params>(T1)",
+        "void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>>(int, T2, T3)",
+        "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x64x32_stage5_warpsize2x2x1_g1",
+    ])
+    math, helper, tf32 = _classes(names)
+    assert math.tolist() == [True, False, False, True]
+    assert helper.tolist() == [False, True, True, False]
+    assert tf32.tolist() == [False, False, False, True]

@@ -189,7 +189,8 @@ class Facts:
         known_ops = self.ctx.work_ops
         if not len(known_ops) or not len(ops):
             return ""
-        names = known_ops.loc[ops.index, "Op Name"].to_numpy()
+        rows = known_ops.loc[ops.index]
+        names = (rows["Op ID"] + " " + rows["Direction"]).str.strip().to_numpy()
         known = names != ""
         if not known.any():
             return ""

@@ -8,6 +8,7 @@ the Ops column names the ops that launched the FP32 kernels.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,9 @@ from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, requ
 from .facts import Facts
 
 # Kernels doing GEMM/convolution math, the work Tensor Cores accelerate (cuDNN conv engines,
-# cuBLAS/cuBLASLt/CUTLASS GEMMs, FFT/Winograd convolutions, fused attention). Matched anywhere in
-# the demangled name, case-insensitively.
+# cuBLAS/cuBLASLt/CUTLASS GEMMs, FFT/Winograd convolutions, fused attention). Matched,
+# case-insensitively, in the demangled name without its parameter list (parameter types such as
+# cudnn::reduced_divisor say nothing about what the kernel computes).
 ELIGIBLE_KERNEL = (r"gemm|conv(?!ert)|fprop|dgrad|wgrad|winograd|fft2d|matmul|nvjet|xmma|cutlass|attention|flash"
                    r"|fmha|bmm")
 # ... but not their helpers (workspace init, split-K reductions, epilogues, layout transforms),
@@ -45,20 +47,68 @@ FP32_TO_TC_SPEEDUP = 3.0
 TF32_TO_HALF_SPEEDUP = 1.5
 
 
-def _classes(names: pd.Series, uses_tc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per distinct kernel name: (eligible, tf32)."""
+def _head(name: str) -> str:
+    """A demangled name without its parameter list: the text before the first '(' outside <...>."""
+    depth = 0
+    for i, ch in enumerate(name):  # one distinct kernel name, not events
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
+def _classes(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct kernel name: (GEMM/conv math, helper of such math, TF32)."""
     eligible_re = re.compile(ELIGIBLE_KERNEL, re.I)
     not_re = re.compile(NOT_ELIGIBLE_KERNEL, re.I)
     tf32_re = re.compile(TF32_KERNEL, re.I)
-    text = names.astype(str)
-    eligible = text.map(lambda s: bool(eligible_re.search(s)) and not not_re.search(s)).to_numpy(dtype=bool)
-    tf32 = text.map(lambda s: bool(tf32_re.search(s))).to_numpy(dtype=bool)
-    return eligible | uses_tc, tf32 & uses_tc
+    heads = names.astype(str).map(_head)
+    helper = heads.map(lambda s: bool(not_re.search(s))).to_numpy(dtype=bool)
+    math = heads.map(lambda s: bool(eligible_re.search(s))).to_numpy(dtype=bool) & ~helper
+    tf32 = heads.map(lambda s: bool(tf32_re.search(s))).to_numpy(dtype=bool)
+    return math, helper, tf32
+
+
+@dataclass(frozen=True)
+class OpLevel:
+    """What op ranges add (DLProf's definition: an eligible op uses TC when any of its kernels does)."""
+
+    kernels: pd.DataFrame  # kernels of eligible ops that run no TC kernel at all
+    count: int = 0  # such ops
+    eligible: int = 0  # eligible ops
+    share: float = 0.0  # their share of the eligible ops' kernel time
+    names: str = ""  # "CONV2D_4 bprop, ..." (Op ID and direction, most kernel time first)
+    types: str = ""  # their op types
+
+
+def _op_level(facts: Facts, kernels: pd.DataFrame) -> OpLevel:
+    inst = facts.ctx.op_instances
+    eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
+    if eligible.empty:
+        return OpLevel(kernels.iloc[:0])
+    per_op = eligible.groupby("key", sort=False)[["kernel_time", "tc_kernel_time"]].sum()
+    not_using = per_op[(per_op["tc_kernel_time"] == 0) & (per_op["kernel_time"] > 0)]
+    total = float(per_op["kernel_time"].sum())
+    instance = facts.ctx.ops.work_instance[kernels.index.to_numpy()]
+    mine = np.isin(instance, eligible.index[eligible["key"].isin(not_using.index)].to_numpy())
+    ops = facts.ctx.ops.ops.reindex(not_using.sort_values("kernel_time", ascending=False).index)
+    names = [f"{i} {d}" for i, d in zip(ops["op_id"], ops["direction"], strict=True)]
+    return OpLevel(
+        kernels=kernels[mine],
+        count=len(not_using),
+        eligible=len(per_op),
+        share=float(not_using["kernel_time"].sum()) / total if total else 0.0,
+        names=", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else ""),
+        types=", ".join(sorted(set(ops["op_type"].astype(str)))),
+    )
 
 
 @detector("amp")
 def amp(facts: Facts) -> list[Finding]:
-    """Tensor-Core-eligible kernels running in FP32 (or TF32) on a GPU with Tensor Cores."""
+    """Tensor-Core-eligible kernels (and ops) running in FP32 or TF32 on a GPU with Tensor Cores."""
     kernels = facts.selected_kernels
     require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
     gpus = facts.profile.gpus
@@ -70,17 +120,21 @@ def amp(facts: Facts) -> list[Finding]:
         return []
     ids = np.unique(kernels["name_id"].to_numpy())
     uses_tc = facts.ctx.kernel_uses_tc.reindex(ids).fillna(False).to_numpy(dtype=bool)
-    eligible, tf32 = _classes(facts.profile.strings.decode(pd.Series(ids)), uses_tc)
-    fp32_ids = ids[eligible & ~uses_tc]
-    tf32_ids = ids[tf32]
+    math, helper, tf32 = _classes(facts.profile.strings.decode(pd.Series(ids)))
     name_id = kernels["name_id"].to_numpy()
-    in_eligible = np.isin(name_id, ids[eligible])
-    eligible_time = float(kernels["dur"].to_numpy()[in_eligible].sum())
-    fp32 = kernels[np.isin(name_id, fp32_ids)]
-    tf = kernels[np.isin(name_id, tf32_ids)]
+    eligible = kernels[np.isin(name_id, ids[math | uses_tc])]
+    fp32 = kernels[np.isin(name_id, ids[math & ~uses_tc])]
+    tf = kernels[np.isin(name_id, ids[tf32 & uses_tc])]
+    eligible_time = float(eligible["dur"].sum())
     slow_time = float(fp32["dur"].sum() + tf["dur"].sum())
-    if eligible_time == 0 or slow_time / eligible_time < AMP_MIN_SHARE:
+    ops = _op_level(facts, kernels)
+    kernel_share = slow_time / eligible_time if eligible_time else 0.0
+    if kernel_share < AMP_MIN_SHARE and ops.share < AMP_MIN_SHARE:
         return []
+    # Kernels of eligible ops without any TC kernel count too when their names say nothing (Triton,
+    # new libraries), but not the layout/workspace helpers those ops also launch.
+    unnamed = ops.kernels[~np.isin(ops.kernels["name_id"].to_numpy(), ids[math | helper | uses_tc])]
+    fp32 = pd.concat([fp32, unnamed])
     fp32_bound = facts.gpu_bound_ns(fp32)
     tf32_bound = facts.gpu_bound_ns(tf)
     stake = fp32_bound * (1 - 1 / FP32_TO_TC_SPEEDUP) + tf32_bound * (1 - 1 / TF32_TO_HALF_SPEEDUP)
@@ -101,19 +155,26 @@ def amp(facts: Facts) -> list[Finding]:
                           "with torch.amp.GradScaler; TensorFlow: mixed_precision.set_global_policy('mixed_float16'). "
                           "See https://developer.nvidia.com/automatic-mixed-precision")
     n_iter = len(facts.aggregated)
+    n_slow = len(np.unique(slow["name_id"].to_numpy()))
+    named_fp32 = float(fp32["dur"].sum() - unnamed["dur"].sum())
     evidence = (f"{gpu_name} (compute capability {cc_text}) has Tensor Cores; of {ms(eligible_time / n_iter)} of "
-                f"GEMM/convolution kernel time per iteration, {pct(float(fp32['dur'].sum()), eligible_time)} runs "
-                f"without Tensor Cores")
+                f"GEMM/convolution kernel time per iteration, {pct(named_fp32, eligible_time)} runs without Tensor "
+                "Cores")
     if len(tf):
         evidence += f" and {pct(float(tf['dur'].sum()), eligible_time)} in TF32"
-    evidence += (f" (kernel report: Uses TC = no; {len(fp32_ids) + len(tf32_ids)} distinct kernels); "
-                 f"{ms(fp32_bound + tf32_bound)} of it per typical iteration with GPU work queued behind it")
+    evidence += (f" (kernel report: Uses TC; {n_slow} distinct kernels); {ms(fp32_bound + tf32_bound)} of them per "
+                 "typical iteration with GPU work queued behind them")
+    problem = (f"{n_slow} kernels were eligible to use Tensor Cores at reduced precision but run in "
+               f"{'FP32' if not len(tf) else 'FP32/TF32'}: {pct(slow_time, eligible_time)} of the GEMM/convolution "
+               "GPU time")
+    if ops.count:
+        evidence += (f"; tensor report: {ops.count} of {ops.eligible} Tensor-Core-eligible ops ({ops.types}) use no "
+                     f"Tensor Core kernel, {ops.share:.1%} of the eligible ops' kernel time")
+        problem = f"{ops.count} ops were eligible to use Tensor Cores but none of their kernels do; {problem}"
     per = facts.per_iteration(slow["dur"].to_numpy(), slow["iteration"].to_numpy())
     return [Finding(
         detector="amp",
-        problem=(f"{len(fp32_ids) + len(tf32_ids)} kernels were eligible to use Tensor Cores at reduced precision "
-                 f"but run in {'FP32' if not len(tf) else 'FP32/TF32'}: "
-                 f"{pct(slow_time, eligible_time)} of the GEMM/convolution GPU time"),
+        problem=problem,
         recommendation=recommendation,
         evidence=evidence,
         time_at_stake_ns=stake,
@@ -121,6 +182,6 @@ def amp(facts: Facts) -> list[Finding]:
                   f"{FP32_TO_TC_SPEEDUP:g}) for FP32 kernels and (1 - 1/{TF32_TO_HALF_SPEEDUP:g}) for TF32 ones "
                   f"(assumed speed-ups on Tensor Cores at 16-bit precision)"),
         iterations=iteration_list(facts.aggregated[per > 0]),
-        ops=facts.ops_of(slow),
+        ops=ops.names,
         kernels=text,
     )]
