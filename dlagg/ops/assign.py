@@ -98,7 +98,7 @@ def _domain_filter(profile: Profile, domains: tuple[str, ...]) -> np.ndarray | N
     wanted = [("" if d in ("default", "") else d) for d in domains]
     missing = [d for d in wanted if d not in known]
     if missing:
-        names = ", ".join(repr(n or "default") for n in sorted(known.values())) or "(none)"
+        names = ", ".join(repr(n or "default") for n in sorted(known))
         raise OptionsError(f"--domains: no NVTX domain {', '.join(repr(m) for m in missing)} in "
                            f"{profile.meta.source}; its domains are {names}")
     return np.array([known[d] for d in wanted], dtype=np.int64)
