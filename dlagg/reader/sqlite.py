@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -285,6 +286,14 @@ def _nvtx_and_strings(db: Database, strings_table: str) -> tuple[pd.DataFrame, s
     return nvtx, nvtx_table, strings, domains
 
 
+def _nvtx_and_strings_of(path: Path, strings_table: str) -> tuple[pd.DataFrame, str | None, pd.Series, dict[int, str]]:
+    db = Database(path)
+    try:
+        return _nvtx_and_strings(db, strings_table)
+    finally:
+        db.close()
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read every table dlagg uses from the nsys export at `path`."""
     path = Path(path)
@@ -297,17 +306,19 @@ def load_profile(path: str | Path) -> Profile:
                              "event tables); pass the file made by 'nsys export --type sqlite'")
         frames: dict[str, pd.DataFrame] = {}
         physical: dict[str, str] = {}
-        for table in schema.EVENT_TABLES:
-            if table is schema.NVTX:
-                frame, name, strings, domains = _nvtx_and_strings(db, strings_table)
-            else:
-                frame, name, _ = db.read(table)
-            frames[table.name] = frame
-            if name is not None:
-                physical[table.name] = name
-        meta_values = _key_values(db, schema.META_TABLES)
-        env = _key_values(db, schema.SYSTEM_ENV_TABLES)
-        gpus = _gpus(db)
+        # NVTX (most of an emit_nvtx export) is read on a second thread, with its own connection,
+        # while this one reads the other tables: SQLite and the ADBC driver release the GIL.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            nvtx_job = pool.submit(_nvtx_and_strings_of, path, strings_table)
+            for table in schema.EVENT_TABLES:
+                if table is not schema.NVTX:
+                    frames[table.name], physical[table.name], _ = db.read(table)
+            meta_values = _key_values(db, schema.META_TABLES)
+            env = _key_values(db, schema.SYSTEM_ENV_TABLES)
+            gpus = _gpus(db)
+            frames["nvtx"], physical["nvtx"], strings, domains = nvtx_job.result()
+        frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
+        physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
         db.close()
 
