@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 def _thread_slices(tids: np.ndarray) -> list[tuple[int, int, int]]:
@@ -31,10 +32,26 @@ def _thread_slices(tids: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(tids[b]), int(b), int(e)) for b, e in zip(begins, ends, strict=True)]
 
 
+def _small(codes: np.ndarray) -> np.ndarray:
+    """Codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
+    return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
+
+
+def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Order by (thread, start, longest first); threads in order of appearance."""
+    if len(start) > 1 and (np.diff(start) > 0).all():  # nsys writes NVTX rows by start: one radix pass
+        by_start = np.arange(len(start))
+    else:
+        by_start = np.lexsort((-end, start))
+    threads = pd.factorize(tid[by_start])[0]
+    return by_start[np.argsort(_small(threads), kind="stable")]
+
+
 def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Indices grouped by depth, each group in index order (stable radix sort on small ints)."""
     if len(depth) == 0:
         return ()
-    by_depth = np.argsort(depth, kind="stable")
+    by_depth = np.argsort(_small(depth), kind="stable")
     cuts = np.searchsorted(depth[by_depth], np.arange(1, int(depth.max()) + 1))
     return tuple(np.split(by_depth, cuts))
 
@@ -42,7 +59,7 @@ def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
 @dataclass(frozen=True)
 class Forest:
     order: np.ndarray  # position in the caller's arrays of each sorted range
-    tid: np.ndarray  # sorted by (tid, start, -end)
+    tid: np.ndarray  # sorted by (tid, start, -end); threads in order of first appearance
     start: np.ndarray
     end: np.ndarray
     parent: np.ndarray  # index into the sorted arrays, -1 for a top-level range
@@ -54,30 +71,26 @@ class Forest:
         tid = np.asarray(tid, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
-        order = np.lexsort((-end, start, tid))
+        order = _order(tid, start, end)
         tid, start, end = tid[order], start[order], end[order]
-        parent = np.full(len(tid), -1, dtype=np.int64)
         depth = np.zeros(len(tid), dtype=np.int64)
         for _, lo, hi in _thread_slices(tid):  # threads, not events
-            s, e = start[lo:hi], end[lo:hi]
-            local = np.arange(hi - lo)
-            d = local - np.searchsorted(np.sort(e), s, side="right")
-            d = np.maximum(d, 0)
-            # parent = last earlier range one level up: search (depth - 1, index) in (depth, index) order
-            n = hi - lo
-            keys = d * n + local
-            by_level = np.sort(keys)
-            pos = np.searchsorted(by_level, (d - 1) * n + local, side="left") - 1
-            found = (d > 0) & (pos >= 0)
-            cand = np.where(found, by_level[np.maximum(pos, 0)] % n, -1)
-            found &= np.where(found, by_level[np.maximum(pos, 0)] // n == d - 1, False)
-            p = np.where(found, cand, -1)
-            # crossing (not nested) ranges get no parent
-            ok = p >= 0
-            ok[ok] = (s[p[ok]] <= s[ok]) & (e[p[ok]] >= e[ok])
-            parent[lo:hi] = np.where(ok, p + lo, -1)
-            depth[lo:hi] = d
-        return cls(order, tid, start, end, parent, depth, _levels(depth))
+            # ends are nearly in order already (nsys writes a range when it ends): timsort is fast
+            closed = np.searchsorted(np.sort(end[lo:hi], kind="stable"), start[lo:hi], side="right")
+            depth[lo:hi] = np.maximum(np.arange(hi - lo) - closed, 0)
+        levels = _levels(depth)
+        # parent = the last range before me one level up (in (tid, start) order, that is the open one)
+        parent = np.full(len(tid), -1, dtype=np.int64)
+        for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
+            pos = np.searchsorted(above, level, side="left") - 1
+            parent[level] = np.where(pos >= 0, above[np.maximum(pos, 0)], -1)
+        # crossing (not nested) ranges and matches across a thread boundary get no parent
+        has = parent >= 0
+        p = parent[has]
+        rows = np.flatnonzero(has)
+        bad = (tid[p] != tid[rows]) | (start[p] > start[rows]) | (end[p] < end[rows])
+        parent[rows[bad]] = -1
+        return cls(order, tid, start, end, parent, depth, levels)
 
     def __len__(self) -> int:
         return len(self.tid)
