@@ -130,14 +130,15 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     keep = same_thread & (rng["end"].to_numpy() > rng["start"].to_numpy())
     if allowed is not None:
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
-    rng = rng[keep]
-    if rng.empty:
+    if not keep.any():
         return empty_ops(len(work), tuple(warnings))
-
-    forest = Forest.build(rng["global_tid"].to_numpy(), rng["start"].to_numpy(), rng["end"].to_numpy())
-    sorted_rows = rng.iloc[forest.order]
-    text_id = sorted_rows["text_id"].to_numpy()
-    domain = sorted_rows["domain_id"].to_numpy()
+    # plain arrays from here on: the NVTX frame is the biggest one, so no frame copies of it
+    kept = np.flatnonzero(keep)
+    forest = Forest.build(rng["global_tid"].to_numpy()[kept], rng["start"].to_numpy()[kept],
+                          rng["end"].to_numpy()[kept])
+    rows_of = kept[forest.order]
+    text_id = rng["text_id"].to_numpy()[rows_of]
+    domain = rng["domain_id"].to_numpy()[rows_of]
     parent = forest.parent
 
     parsed = mk.parse_markers(profile.strings, text_id)
