@@ -149,33 +149,10 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
 
     # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
     if iterations.found:
-        keys = key_instances(profile, iterations.key_node)
-        maybe = np.flatnonzero(np.isin(text_id, keys["text_id"].unique()))
-        candidates = pd.DataFrame({"global_tid": forest.tid[maybe], "start": forest.start[maybe],
-                                   "end": forest.end[maybe], "row": maybe})
-        hits = candidates.merge(keys[["global_tid", "start", "end"]], on=["global_tid", "start", "end"])["row"]
-        above = np.zeros(len(forest), dtype=bool)
-        above[hits.to_numpy()] = True
-        for level in reversed(forest.levels[1:]):  # bottom-up: mark the parents of marked ranges
-            marked = level[above[level] & (parent[level] >= 0)]
-            above[parent[marked]] = True
-        kind[above] = mk.IGNORE
-
-    framework = np.isin(kind, (*mk.FRAMEWORK, mk.LIBRARY))
-    trace = kind == mk.TRACE
+        kind[_key_ranges(profile, iterations, forest, text_id)] = mk.IGNORE
+    head = _heads(forest, kind)
     rows = np.arange(len(forest))
-    fw_above = forest.propagate(np.where(framework, 1, -1))  # innermost framework range at or above
-    fw_above_strict = np.where(parent >= 0, fw_above[np.maximum(parent, 0)], -1) >= 0
-    trace_above = forest.propagate(np.where(trace, rows, -1))
-    trace_above_strict = np.where(parent >= 0, trace_above[np.maximum(parent, 0)], -1) >= 0
-    child_parents = parent[(kind != mk.IGNORE) & (parent >= 0)]
-    has_child = np.bincount(child_parents, minlength=len(forest)) > 0 if len(child_parents) else np.zeros(
-        len(forest), dtype=bool)
-    head = (trace
-            | ((kind == mk.MODOP) & ~trace_above_strict)
-            | (np.isin(kind, (mk.FORWARD, mk.BACKWARD, mk.LIBRARY)) & ~fw_above_strict)
-            | ((kind == mk.USER) & ~has_child & ~fw_above_strict))
-    head_of = forest.propagate(np.where(head, rows, -1))
+    head_of = forest.propagate(np.where(head, rows, -1))  # innermost op at or above each range
 
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
@@ -228,6 +205,41 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
             "//", "/", regex=False).to_numpy()
     instances = _measure(h, work, work_instance, uses_tc, api, api_instance)
     return Ops(instances, ops, work_instance, tuple(warnings))
+
+
+def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, text_id: np.ndarray) -> np.ndarray:
+    """Mask of the key node's instances and of every range enclosing one."""
+    keys = key_instances(profile, iterations.key_node)
+    maybe = np.flatnonzero(np.isin(text_id, keys["text_id"].unique()))
+    candidates = pd.DataFrame({"global_tid": forest.tid[maybe], "start": forest.start[maybe],
+                               "end": forest.end[maybe], "row": maybe})
+    hits = candidates.merge(keys[["global_tid", "start", "end"]], on=["global_tid", "start", "end"])["row"]
+    above = np.zeros(len(forest), dtype=bool)
+    above[hits.to_numpy()] = True
+    for level in reversed(forest.levels[1:]):  # bottom-up: mark the parents of marked ranges
+        marked = level[above[level] & (forest.parent[level] >= 0)]
+        above[forest.parent[marked]] = True
+    return above
+
+
+def _heads(forest: Forest, kind: np.ndarray) -> np.ndarray:
+    """Mask of the ranges that are ops (the rules of the module docstring)."""
+    parent = forest.parent
+    rows = np.arange(len(forest))
+
+    def strictly_above(mask: np.ndarray) -> np.ndarray:
+        """Some proper ancestor of the range is in `mask`."""
+        at_or_above = forest.propagate(np.where(mask, rows, -1))
+        return np.where(parent >= 0, at_or_above[np.maximum(parent, 0)], -1) >= 0
+
+    framework_above = strictly_above(np.isin(kind, (*mk.FRAMEWORK, mk.LIBRARY)))
+    trace_above = strictly_above(kind == mk.TRACE)
+    child_parents = parent[(kind != mk.IGNORE) & (parent >= 0)]
+    has_child = np.bincount(child_parents, minlength=len(forest)) > 0
+    return ((kind == mk.TRACE)
+            | ((kind == mk.MODOP) & ~trace_above)
+            | (np.isin(kind, (mk.FORWARD, mk.BACKWARD, mk.LIBRARY)) & ~framework_above)
+            | ((kind == mk.USER) & ~has_child & ~framework_above))
 
 
 def _instance(innermost: np.ndarray, head_of: np.ndarray, instance_of_row: np.ndarray) -> np.ndarray:
