@@ -275,6 +275,22 @@ def test_tensor_report_and_utilization(tmp_path: Path) -> None:
     assert summary["Tensor Core Kernel Utilization %"] == round(100 * (9300 - 1100) / 9300, 1)
 
 
+def test_two_ranks_fall_into_the_same_rows(tmp_path: Path) -> None:
+    """Each process has its own key-node ranges; its ops join the other rank's rows (calls add up)."""
+    b = Builder()
+    for pid in (PID, PID + 1):
+        for i in range(2):
+            t = i * 10_000
+            b.range(t, t + 9000, "train_step", pid=pid)
+            b.range(t + 100, t + 5000, "forward", pid=pid)
+            b.range(t + 200, t + 900, f"aten::mm, seq = {i}, op_id = {i}", pid=pid)
+            b.launch(t + 300, t + 310, t + 400, t + 500, "gemm", pid=pid)
+    ctx = context(b, tmp_path)
+    table = detail(ctx)
+    assert table[["Op ID", "No. Calls"]].values.tolist() == [["MM_1", 4]]
+    assert set(ctx.op_instances["path"]) == {"/forward/"}
+
+
 def test_domains_option(tmp_path: Path) -> None:
     b = Builder()
     b.range(-5, None, "CCCL", event_type=75, domain=2)

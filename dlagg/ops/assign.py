@@ -49,7 +49,7 @@ from ..errors import OptionsError
 from ..model import Iterations, Profile
 from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
-from ..timeline.iterations import key_instances, ranges
+from ..timeline.iterations import glob_regex, ranges
 from . import markers as mk
 from .tree import Forest
 
@@ -208,14 +208,10 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
 
 
 def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, text_id: np.ndarray) -> np.ndarray:
-    """Mask of the key node's instances and of every range enclosing one."""
-    keys = key_instances(profile, iterations.key_node)
-    maybe = np.flatnonzero(np.isin(text_id, keys["text_id"].unique()))
-    candidates = pd.DataFrame({"global_tid": forest.tid[maybe], "start": forest.start[maybe],
-                               "end": forest.end[maybe], "row": maybe})
-    hits = candidates.merge(keys[["global_tid", "start", "end"]], on=["global_tid", "start", "end"])["row"]
-    above = np.zeros(len(forest), dtype=bool)
-    above[hits.to_numpy()] = True
+    """Mask of the key node's ranges (on every thread: each rank has its own) and of every range enclosing one."""
+    key = iterations.key_node
+    ids = profile.strings.ids_matching(glob_regex(key)) if "*" in key else profile.strings.ids_equal(key)
+    above = np.isin(text_id, ids)
     for level in reversed(forest.levels[1:]):  # bottom-up: mark the parents of marked ranges
         marked = level[above[level] & (forest.parent[level] >= 0)]
         above[forest.parent[marked]] = True
