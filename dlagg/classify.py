@@ -54,6 +54,9 @@ TC_RULES: tuple[TcRule, ...] = (
     TcRule(r"ffma|simt|sgemm(?!.*(?:1688|tensor))", False,
            "FP32 SIMT math: *_ffma_* (sm80_xmma_gemm_f32f32_*_ffma in resnet_fp32/no_emit_nvtx), "
            "cutlass_*_simt_sgemm_*, *sgemm* (no Tensor Cores with TF32 off)"),
+    TcRule(r"_f32f32_f32f32_f32_", False,
+           "xmma kernels whose inputs, compute and output are all FP32 without TF32 (the TF32 ones read "
+           "tf32f32_tf32f32 or f32f32_tf32f32, as in dataloader_bound): FP32 SIMT math"),
     TcRule(r"fmha_cutlass[fb]_f32_.*_sm(?:50|70|75)", False,
            "mem-efficient attention in FP32 before sm80 uses SIMT (xformers gemm_kernel_utils.h "
            "DefaultGemmType uses TensorOp for float only from sm80)"),

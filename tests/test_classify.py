@@ -40,6 +40,9 @@ CASES = [
     ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_nt_n_tilesize32x32x8_stage3_warpsize2x2x1_ffma_aligna8_alignc8_"
      "execute_kernel__5x_cublas", False),
     ("sm50_xmma_pooling_coalescedC_NHWC_kMAX_3_False_execute_kernel_trt", False),
+    ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_execute_segment_k_off_kernel__5x_cublas", False),
+    ("sm90_xmma_dgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x64x32_warpgroupsize1x1x1_g1_"
+     "strided_execute_kernel__5x_cudnn", True),
     ("void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::implicit_gemm::"
      "wgrad_indexed::Warp_specialized_params<float>>(T1)", False),
     # CUTLASS
