@@ -189,13 +189,27 @@ def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
     assert ctx.work_ops["Op Name"].tolist() == ["", "aten::add"]
 
 
-def test_work_launched_on_another_thread_is_not_the_ranges(tmp_path: Path) -> None:
+def test_work_launched_on_another_annotated_thread_is_not_the_ranges(tmp_path: Path) -> None:
     b = Builder()
     b.range(0, 1000, "aten::mm, seq = 1, op_id = 1")
-    b.launch(100, 110, 200, 300, "k", tid=TID + 3)  # same time, other thread: not inside the range
+    b.range(2000, 3000, "aten::add, seq = 2, op_id = 2", tid=TID + 3)
+    b.launch(100, 110, 200, 300, "k", tid=TID + 3)  # same time, other thread with its own ranges
     ctx = context(b, tmp_path)
     assert ctx.work_ops["Op Name"].tolist() == [""]
     assert by_name(ctx).loc["aten::mm", "gpu"] == 0
+
+
+def test_work_from_an_unannotated_thread_goes_to_the_op_open_in_its_process(tmp_path: Path) -> None:
+    """Without emit_nvtx autograd launches the backward pass from its own thread, which has no range."""
+    b = Builder()
+    b.range(0, 1000, "backward")
+    b.launch(100, 110, 200, 300, "dgrad", tid=BWD_TID)  # during `backward`, from autograd's thread
+    b.launch(1100, 1110, 1200, 1300, "late", tid=BWD_TID)  # after it: no op open
+    b.launch(100, 110, 200, 300, "other_process", tid=BWD_TID, pid=PID + 1)
+    ctx = context(b, tmp_path)
+    assert ctx.work_ops["Op Name"].tolist() == ["backward", "", ""]
+    backward = by_name(ctx).loc["backward"]
+    assert backward["gpu"] == 100 and backward["api"] == 0 and backward["cpu_overhead"] == 1000
 
 
 # --- grouping across iterations, backward linking -------------------------------------------------
@@ -212,6 +226,8 @@ def training_steps(b: Builder, steps: int = 3) -> None:
             s = t + 1000 + j * 10_000
             b.range(s, s + 5000, f"{op}, seq = {seq + j}, op_id = {1000 * i + j}, sizes = [[32, 3], [3, 3]]")
             b.launch(s + 100, s + 200, s + 300, s + 1300 + 100 * j, kernel)
+        b.range(t + 45_000, t + 88_000, "backward")  # the main thread waits here while autograd works
+        b.range(t + 45_100, t + 45_200, f"aten::ones_like, op_id = {9000 + i}")  # loss.backward() seeds the grad
         for j, node in enumerate(("AddmmBackward0", "ConvolutionBackward0", "ConvolutionBackward0")):
             s = t + 50_000 + j * 10_000
             fwd_seq = seq + 2 - j
@@ -229,7 +245,7 @@ def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tm
     rows = table.set_index(["Op ID", "Direction"])
     assert sorted(rows.index) == [("ACCUMULATE_GRAD_1", "bprop"), ("CONV2D_1", "bprop"), ("CONV2D_1", "fprop"),
                                   ("CONV2D_2", "bprop"), ("CONV2D_2", "fprop"), ("LINEAR_1", "bprop"),
-                                  ("LINEAR_1", "fprop")]
+                                  ("LINEAR_1", "fprop"), ("ONES_LIKE_1", "fprop")]
     assert (table["No. Calls"] == 3).all()  # one row per op, one call per iteration, never per op_id
     assert rows.loc[("CONV2D_1", "fprop"), "Using TC"] == "yes" and rows.loc[("CONV2D_2", "fprop"), "Using TC"] == "no"
     # ConvolutionBackward0 of seq 1 (second conv) ran third in the backward pass
@@ -247,6 +263,9 @@ def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tm
     assert op_types["Total CPU Time (ns)"].sum() == all_ops.loc["All ops", "CPU Time (ns)"]
     assert op_types["# Ops"].sum() == all_ops.loc["All ops", "# Ops"] == len(table)
     assert op_types.set_index("Op Type").loc["conv2d", "# Calls"] == 12
+    # backward ops run on autograd's thread; they sit under the main thread's `backward` range
+    paths = ctx.op_instances.groupby("direction")["path"].agg(set)
+    assert paths.to_dict() == {"fprop": {"/forward/", "/backward/"}, "bprop": {"/backward/"}}
     shapes = ctx.work_ops["Input Shapes"][ctx.work_ops["Direction"] == "fprop"]
     assert set(shapes) == {"[[32, 3], [3, 3]]"}
 

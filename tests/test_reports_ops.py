@@ -131,8 +131,12 @@ def test_resnet_fp32_eligible_ops_not_using_tensor_cores() -> None:
 def test_group_paths_follow_user_ranges() -> None:
     built, _ = reports("resnet_amp")
     groups = built["group_node"].table.set_index("Name")
-    assert {"/", "/forward/", "/data/", "/optimizer/"} <= set(groups.index)
+    assert {"/", "/forward/", "/backward/", "/data/", "/optimizer/"} <= set(groups.index)
     assert groups.loc["/forward/", "Num TC Eligible Ops"] == RESNET18_CONVS + 1
+    # autograd's thread has no user range; its ops join the main thread's `backward` range
+    assert groups.loc["/backward/", "Num TC Eligible Ops"] == RESNET18_CONVS + 1
+    children = groups.drop(index="/")
+    assert children["Num Calls Aggregated"].sum() == groups.loc["/", "Num Calls Aggregated"]
 
 
 def test_dlprof_marker_recording(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ with ``--domains`` define nothing. Then:
 - a plain user range is an op when it encloses no other range (``data`` in a loop without
   ``emit_nvtx``); user ranges that enclose ops are group nodes (``/forward/``).
 
-GPU work belongs to the innermost op enclosing its launching API call on the launching thread.
+GPU work belongs to the innermost op enclosing its launching API call on the launching thread;
+work from a thread without any NVTX range goes to the op open then in its process, and ops on a
+thread without user ranges take the group of the user ranges open then (autograd's thread).
 
 Grouping across iterations: an op is (group path, marker name, direction, occurrence of that
 triple within its iteration and process). The k-th ``aten::conv2d`` under ``/forward/`` in every
@@ -157,6 +159,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
     path_code, paths = _group_paths(forest, group, name, names["op_name"].to_numpy())
+    _adopt_orphans(forest, head, group, path_code)
 
     heads = np.flatnonzero(head)
     if len(heads) == 0:
@@ -191,6 +194,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
                                            work["api_end"].to_numpy()[has_api])
     work_instance = _instance(work_range, head_of, instance_of_row)
+    _adopt_unannotated_launches(forest, heads, work, work_instance)
     api = profile.runtime
     api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
     api_instance = _instance(api_range, head_of, instance_of_row)
@@ -268,6 +272,42 @@ def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.
             new_codes.append(index[key])
         code[level[grouping]] = np.asarray(new_codes, dtype=np.int64)[np.ravel(inverse)]
     return code, paths
+
+
+def _adopt_orphans(forest: Forest, head: np.ndarray, group: np.ndarray, path_code: np.ndarray) -> None:
+    """Ops on a thread without user ranges take the group of their process's user ranges open then.
+
+    Autograd runs backward on its own thread while the main thread waits inside the user's
+    ``backward`` range: by the same-thread rule alone every backward op would sit at ``/``.
+    """
+    threads_with_groups = np.unique(forest.tid[group])
+    orphan = np.flatnonzero(head & (path_code == 0) & ~np.isin(forest.tid, threads_with_groups))
+    groups = np.flatnonzero(group)
+    if len(orphan) == 0 or len(groups) == 0:
+        return
+    by_process = Forest.build(forest.tid[groups] & PID_MASK, forest.start[groups], forest.end[groups])
+    hit = by_process.innermost(forest.tid[orphan] & PID_MASK, forest.start[orphan], forest.end[orphan])
+    adopted = hit >= 0
+    path_code[orphan[adopted]] = path_code[groups[by_process.order[hit[adopted]]]]
+
+
+def _adopt_unannotated_launches(forest: Forest, heads: np.ndarray, work: pd.DataFrame,
+                                work_instance: np.ndarray) -> None:
+    """GPU work launched from a thread with no NVTX range at all goes to the op open then in its process.
+
+    Without emit_nvtx, autograd launches the whole backward pass from its own, unannotated thread
+    while the main thread waits in the user's ``backward`` range; the same-thread rule alone would
+    leave all of it without an op. Threads that have ranges keep the same-thread rule.
+    """
+    todo = np.flatnonzero((work_instance < 0) & (work["api_start"].to_numpy() >= 0)
+                          & ~np.isin(work["api_tid"].to_numpy(), np.unique(forest.tid)))
+    if len(todo) == 0:
+        return
+    by_process = Forest.build(forest.tid[heads] & PID_MASK, forest.start[heads], forest.end[heads])
+    hit = by_process.innermost(work["api_tid"].to_numpy()[todo] & PID_MASK, work["api_start"].to_numpy()[todo],
+                               work["api_end"].to_numpy()[todo])
+    adopted = hit >= 0
+    work_instance[todo[adopted]] = by_process.order[hit[adopted]]  # heads are numbered like instances
 
 
 def _library_names(h: pd.DataFrame, profile: Profile) -> None:
