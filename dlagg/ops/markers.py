@@ -136,10 +136,25 @@ def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
     return row
 
 
-def _arrow(values: pd.Series) -> pa.Array:
-    """The strings as one arrow array (one chunk: takes from a many-chunk array are slow)."""
+def _arrow(values: pd.Series) -> pa.ChunkedArray:
+    """The strings as arrow data, without a copy (the text of a big export is a gigabyte)."""
     array = pa.array(values.array) if not isinstance(values.dtype, np.dtype) else pa.array(values.astype(str))
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+
+
+def _take(text: pa.ChunkedArray, positions: np.ndarray) -> pa.Array:
+    """``text[positions]``, taken chunk by chunk: ``ChunkedArray.take`` costs time in proportion to the
+    number of chunks even for a handful of rows, and combining the chunks first copies all the text."""
+    if len(positions) == 0:
+        return pa.array([], type=text.type)
+    bounds = np.cumsum([0] + [len(c) for c in text.chunks])
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    cuts = np.searchsorted(ordered, bounds)
+    pieces = [text.chunk(k).take(pa.array(ordered[cuts[k]:cuts[k + 1]] - bounds[k]))
+              for k in range(text.num_chunks) if cuts[k + 1] > cuts[k]]  # chunks, not rows
+    taken = pa.concat_arrays(pieces)
+    return taken.take(pa.array(np.argsort(order, kind="stable")))
 
 
 def distinct_ids(ids: np.ndarray) -> np.ndarray:
@@ -173,11 +188,13 @@ def _flags(values: pa.Array) -> np.ndarray:
     return pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
-def _encode(values: pa.Array) -> tuple[np.ndarray, list[str]]:
+def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """Dictionary codes of `values` and the distinct values (arrow-side, no Python string per row)."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64), []
     encoded = pc.dictionary_encode(values, null_encoding="encode")
+    if isinstance(encoded, pa.ChunkedArray):  # the chunks share one dictionary: only indices are joined
+        encoded = encoded.combine_chunks()
     return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
             [v or "" for v in encoded.dictionary.to_pylist()])
 
@@ -217,7 +234,7 @@ def parse_markers(strings: StringTable, text_ids: np.ndarray) -> Parsed:
     remap[used] = np.arange(len(used))
     cut_codes = remap[head_codes[suffix]]
     cut_names = [heads[i].rsplit(", ", 1)[0] for i in used]  # drop the ", seq = " / ", op_id = "
-    whole_codes, whole_names = _encode(text.take(pa.array(positions[~suffix])))
+    whole_codes, whole_names = _encode(_take(text, positions[~suffix]))
     merged, uniques = pd.factorize(pd.Series(cut_names + whole_names, dtype=object))
     codes = np.empty(len(ids), dtype=np.int64)
     codes[suffix] = merged[:len(used)][cut_codes]
@@ -241,6 +258,6 @@ def input_shapes(strings: StringTable, text_ids: np.ndarray) -> np.ndarray:
     ids, positions = ids[positions >= 0], positions[positions >= 0]
     if len(ids) == 0:
         return np.full(len(text_ids), "", dtype=object)
-    sizes = pc.struct_field(pc.extract_regex(_arrow(strings.values).take(pa.array(positions)), SIZES), "sizes")
+    sizes = pc.struct_field(pc.extract_regex(_take(_arrow(strings.values), positions), SIZES), "sizes")
     shapes = np.asarray([s or "" for s in sizes.to_pylist()] + [""], dtype=object)
     return shapes[_lookup(ids, np.arange(len(ids)), text_ids, missing=len(ids))]
