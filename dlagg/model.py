@@ -7,7 +7,7 @@ nsys session clock, strings are int64 ids into the profile's ``StringTable``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -103,6 +103,14 @@ class ProfileMeta:
     warnings: tuple[str, ...] = ()
 
 
+class NvtxDetails(Protocol):
+    """What the NVTX frame leaves out, read on demand for a few ranges (reader/nvtx.py)."""
+
+    def input_shapes(self, rows: np.ndarray) -> np.ndarray:
+        """emit_nvtx ``sizes = [...]`` text per NVTX row id (``nvtx["row"]``), '' when absent."""
+        ...
+
+
 @dataclass(frozen=True)
 class Profile:
     """What the reader returns; nothing downstream touches SQLite."""
@@ -117,6 +125,7 @@ class Profile:
     gpus: pd.DataFrame  # device_id, name, cc_major, cc_minor, total_memory, sm_count
     strings: StringTable
     meta: ProfileMeta
+    nvtx_details: NvtxDetails | None = None
 
     def has(self, table: str) -> bool:
         """True when the export holds that table (it may still be empty)."""

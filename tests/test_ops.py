@@ -266,8 +266,8 @@ def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tm
     # backward ops run on autograd's thread; they sit under the main thread's `backward` range
     paths = ctx.op_instances.groupby("direction")["path"].agg(set)
     assert paths.to_dict() == {"fprop": {"/forward/", "/backward/"}, "bprop": {"/backward/"}}
-    shapes = ctx.work_ops["Input Shapes"][ctx.work_ops["Direction"] == "fprop"]
-    assert set(shapes) == {"[[32, 3], [3, 3]]"}
+    fprop = ctx.work.index[ctx.work_ops["Direction"].to_numpy() == "fprop"]
+    assert set(ctx.input_shapes(fprop)) == {"[[32, 3], [3, 3]]"}
 
 
 def test_iteration_range_selects_calls(tmp_path: Path) -> None:

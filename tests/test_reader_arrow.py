@@ -30,10 +30,10 @@ def test_invalid_utf8_in_strings_and_nvtx_text_is_replaced(tmp_path: Path) -> No
     assert profile.strings.decode(profile.kernels["name_id"]).tolist() == ["kern"]
 
 
-def test_inline_text_ids_follow_the_registered_ones_and_domains_resolve(tmp_path: Path) -> None:
+def test_range_names_get_one_id_each_after_the_registered_strings_and_domains_resolve(tmp_path: Path) -> None:
     b = ExportBuilder()
     b.range(0, 10, "a")
-    b.range(5, 8, "a")  # same text twice: two rows, two ids, same text
+    b.range(5, 8, "a")  # same name twice: one id
     b.range(20, 30, "reg", registered=True)
     b.launch(1, 2, 3, 4)
     domain_text = b.string("MyDomain")
@@ -41,15 +41,36 @@ def test_inline_text_ids_follow_the_registered_ones_and_domains_resolve(tmp_path
     conn = sqlite3.connect(path)
     conn.execute("INSERT INTO NVTX_EVENTS VALUES (-5, NULL, 75, NULL, 0, 3, ?)", (domain_text,))
     conn.execute("INSERT INTO NVTX_EVENTS VALUES (-4, NULL, 75, 'InlineDomain', 0, 4, NULL)")
+    conn.execute("INSERT INTO NVTX_EVENTS VALUES (7, NULL, 34, 'a mark', 0, 0, NULL)")
     conn.commit()
     conn.close()
     profile = load_profile(path)
     ids = profile.nvtx["text_id"].to_numpy()
-    registered = profile.strings.ids_equal("reg")
-    assert len(profile.nvtx) == 3 and len(np.unique(ids)) == 3
-    assert ids[2] in registered and ids[0] > max(b.strings.values()) and ids[1] > ids[0]
+    assert len(profile.nvtx) == 3  # ranges only: no domain rows, no marks
+    assert ids[0] == ids[1] != ids[2] and ids.min() > max(b.strings.values())
+    assert ids[2] in profile.strings.ids_equal("reg")
     assert profile.strings.decode(ids).tolist() == ["a", "a", "reg"]
     assert profile.meta.domains == {0: "", 3: "MyDomain", 4: "InlineDomain"}
+
+
+def test_emit_nvtx_details_are_cut_and_read_on_demand(tmp_path: Path) -> None:
+    b = ExportBuilder()
+    b.range(0, 10, "aten::conv2d, seq = 12, op_id = 200, sizes = [[32, 3], [3, 3]], input_op_ids = [(1,0)]")
+    b.range(20, 30, "ConvolutionBackward0, seq = 12, op_id = 300")
+    b.range(40, 50, "aten::empty, sizes = [[], []]")  # older PyTorch: no op_id
+    b.range(60, 70, "aten::add, seq = 3")  # older PyTorch: seq only
+    b.range(80, 90, "data, epoch 3")  # a user range with a comma keeps its whole text
+    b.range(95, 99, "{'mod': 'torch', 'op': 'mm', 'args': [{'shape': (2, 3), 'dtype': 'float32'}]}", registered=True)
+    b.launch(1, 2, 3, 4)
+    profile = load_profile(b.write(tmp_path / "emit.sqlite"))
+    nvtx = profile.nvtx
+    assert profile.strings.decode(nvtx["text_id"]).tolist() == [
+        "aten::conv2d", "ConvolutionBackward0", "aten::empty", "aten::add", "data, epoch 3",
+        "{'mod': 'torch', 'op': 'mm', 'args': [{'shape': (2, 3), 'dtype': 'float32'}]}"]
+    assert nvtx["seq"].tolist() == [12, 12, -1, 3, -1, -1]
+    assert nvtx["emit"].tolist() == [True, True, True, True, False, False]
+    shapes = profile.nvtx_details.input_shapes(nvtx["row"].to_numpy()[[2, 0, 1, 0]])
+    assert shapes.tolist() == ["[[], []]", "[[32, 3], [3, 3]]", "", "[[32, 3], [3, 3]]"]
 
 
 def test_a_column_that_changes_type_mid_table_still_reads(tmp_path: Path) -> None:

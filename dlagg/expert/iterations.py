@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..timeline.iterations import ranges
 from .base import HIGH, Finding, detector, iteration_list, ms, quoted, require
 from .facts import Facts
 
@@ -25,7 +24,7 @@ def key_node_not_found(facts: Facts) -> list[Finding]:
     its = facts.iterations
     if its.found:
         return []
-    n_ranges = len(ranges(facts.profile))
+    n_ranges = len(facts.profile.nvtx)
     if its.candidates:
         recommendation = (f"Set --key_node to the NVTX range that encloses one training step. The most frequent "
                           f"top-level ranges in this profile are {quoted(its.candidates)}, e.g. "

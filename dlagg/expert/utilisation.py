@@ -7,7 +7,6 @@ import pandas as pd
 
 from ..classify import DATALOADER_RANGE
 from ..reports.summary import DURATION_LABELS
-from ..timeline.iterations import ranges
 from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
 from .facts import Facts
 
@@ -80,7 +79,7 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
 def input_pipeline(facts: Facts) -> list[Finding]:
     """DLProf's dataloader_detector: data-loading ranges while the GPU is idle."""
     require(len(facts.profile.kernels) > 0, "GPU kernels (the export has no CUDA kernel table)")
-    rng = ranges(facts.profile)
+    rng = facts.profile.nvtx
     loader_ids = facts.profile.strings.ids_matching(DATALOADER_RANGE)
     loader = rng[np.isin(rng["text_id"].to_numpy(), loader_ids)]
     require(len(loader) > 0, "data-loading NVTX ranges (none named like data, dataloader, DataLoader, DALI)")

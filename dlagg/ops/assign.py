@@ -4,7 +4,9 @@ Contract: ``find_ops(profile, iterations, work, uses_tc, domains) -> Ops`` where
 
 - ``instances``: one row per op instance (an NVTX range that is an op "head", see below):
   ``key`` (int, the op it is an instance of), ``iteration``, ``start``, ``end``, ``global_tid``,
-  ``path`` (group path, ``/`` or ``/forward/``...), ``data_types``, ``input_shapes``, ``stack``,
+  ``nvtx_row`` (its NVTX row id), ``emit`` (an emit_nvtx range: its input shapes are read on demand,
+  ``Profile.nvtx_details``), ``path`` (group path, ``/`` or ``/forward/``...), ``data_types``,
+  ``input_shapes`` (of dict markers), ``stack``,
   and the §1.5 figures ``cpu`` (range duration), ``gpu`` (union of its GPU intervals), ``gpu_idle``
   (span of its GPU work minus ``gpu``), ``api`` (union of the CUDA API calls made inside it on its
   thread), ``cpu_overhead`` (``cpu - api``), plus ``kernels``, ``tc_kernels``, ``kernel_time``,
@@ -51,12 +53,12 @@ from ..errors import OptionsError
 from ..model import Iterations, Profile
 from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
-from ..timeline.iterations import glob_regex, ranges
+from ..timeline.iterations import glob_regex
 from . import markers as mk
 from .tree import Forest
 
-INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "path", "data_types", "input_shapes",
-                    "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
+INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",
+                    "input_shapes", "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
                     "kernel_time", "tc_kernel_time")
 
 
@@ -122,7 +124,7 @@ def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
 def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series,
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
-    rng = ranges(profile)
+    rng = profile.nvtx
     end_tid = rng["end_global_tid"].to_numpy()
     same_thread = (end_tid == 0) | (end_tid == rng["global_tid"].to_numpy())
     warnings: list[str] = []
@@ -141,10 +143,11 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     rows_of = kept[forest.order]
     text_id = rng["text_id"].to_numpy()[rows_of]
     domain = rng["domain_id"].to_numpy()[rows_of]
+    seq = rng["seq"].to_numpy()[rows_of]
     parent = forest.parent
 
-    parsed = mk.parse_markers(profile.strings, text_id)
-    name, seq, names = parsed.name, parsed.seq, parsed.names
+    parsed = mk.parse_markers(profile.strings, text_id, rng["emit"].to_numpy()[rows_of])
+    name, names = parsed.name, parsed.names
     kind = np.where(name >= 0, names["kind"].to_numpy()[np.maximum(name, 0)], mk.IGNORE).astype(np.int8)
     # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
     kind[np.isin(kind, (mk.USER, mk.FORWARD)) & (domain != 0)] = mk.LIBRARY
@@ -173,6 +176,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         "name": name[heads],
         "domain": domain[heads],
         "path": path_code[heads],
+        "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
     })
     for column in ("op_name", "op_type", "direction", "stack", "data_types", "input_shapes"):
         # object, not pandas' arrow "str": these frames are built once and never searched
@@ -198,7 +202,6 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     api = profile.runtime
     api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
     api_instance = _instance(api_range, head_of, instance_of_row)
-    _emit_shapes(h, profile, text_id, np.bincount(work_instance[work_instance >= 0], minlength=len(h)) > 0)
 
     # A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
     h["path_text"] = pd.Series(np.asarray(paths, dtype=object)[h["path"].to_numpy()], dtype=object)
@@ -335,18 +338,6 @@ def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: 
         h.loc[has, column] = names[column].to_numpy()[codes]
 
 
-def _emit_shapes(h: pd.DataFrame, profile: Profile, text_id: np.ndarray, launched: np.ndarray) -> None:
-    """emit_nvtx ops carry their input shapes in ``sizes = [...]`` (record_shapes=True).
-
-    Read only for instances that launched GPU work: the shapes are shown per kernel (iteration
-    report), and reading them for every call costs more than the rest of the op search.
-    """
-    emit = np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD)) & launched
-    if not emit.any():
-        return
-    h.loc[emit, "input_shapes"] = mk.input_shapes(profile.strings, text_id[h["row"].to_numpy()[emit]])
-
-
 def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, head_of: np.ndarray,
                    instance_of_row: np.ndarray, h: pd.DataFrame) -> np.ndarray:
     """For each instance, the forward instance its backward op belongs to (autograd seq), else -1.
@@ -471,6 +462,8 @@ def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, use
         "start": h["start"].to_numpy(),
         "end": h["end"].to_numpy(),
         "global_tid": h["global_tid"].to_numpy(),
+        "nvtx_row": h["nvtx_row"].to_numpy(),
+        "emit": np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD)),
         **text,
         "cpu": cpu,
         "gpu": gpu,

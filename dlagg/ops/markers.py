@@ -1,28 +1,23 @@
-"""NVTX range names -> op fields, decided once per distinct string.
+"""NVTX range names -> op fields, decided once per distinct name.
 
-Contract: ``parse_markers(strings, text_ids) -> Parsed`` with, per input row, ``name`` (code
-into ``names``) and ``seq`` (autograd sequence number, -1 when the marker has none); ``names``
-has one row per distinct marker name: ``kind``, ``op_name`` (what the reports show), ``op_type``
-(normalised op), ``direction``, and for DLProf/PyProf dict markers ``stack`` (file:line list),
-``data_types`` and ``input_shapes``. ``input_shapes(strings, text_ids)`` reads emit_nvtx's
-``sizes = [...]`` for the few ranges that need it.
+Contract: ``parse_markers(strings, text_ids, emit) -> Parsed`` with, per input row, ``name`` (code
+into ``names``); ``names`` has one row per distinct marker name: ``kind``, ``op_name`` (what the
+reports show), ``op_type`` (normalised op), ``direction``, and for DLProf/PyProf dict markers
+``stack`` (file:line list), ``data_types`` and ``input_shapes``. The reader has already cut
+emit_nvtx's per-call details off every text and kept the autograd ``seq`` apart
+(``reader/nvtx.py``), so a large recording has a few hundred distinct names for 0.85 M ranges.
 
 Formats recognised (see docs/ops.md):
 
 - PyTorch ``emit_nvtx``: ``aten::conv2d, seq = 12, op_id = 200, sizes = [[...]], input_op_ids =
-  [...]``; backward nodes ``ConvolutionBackward0, seq = ...``, ``autograd::engine::evaluate_function:
-  ConvolutionBackward0, op_id = ...``, ``torch::autograd::AccumulateGrad, op_id = ...``. The name
-  is the text before ``, seq =``/``, op_id =``; older PyTorch writes ``aten::empty`` alone.
+  [...]`` (read as the name ``aten::conv2d``); backward nodes ``ConvolutionBackward0, seq = ...``,
+  ``autograd::engine::evaluate_function: ConvolutionBackward0, op_id = ...``,
+  ``torch::autograd::AccumulateGrad, op_id = ...``; older PyTorch writes ``aten::empty`` alone.
 - DLProf / PyProf dict markers: ``{'traceMarker': [...], 'funcStack': '/<module>/...'}`` and
   ``{'mod': 'torch.nn.functional', 'op': 'conv2d', 'args': [{'shape': ..., 'dtype': ...}]}``.
   Other dict/JSON markers (DLProf's ``{"model_config": ...}``) define no op.
 - Anything else is a plain range (``forward``, ``data``, a library's ``cub::DeviceRadixSort``);
   the caller tells user ranges from library ranges by their NVTX domain.
-
-The split into name and suffix runs once over the whole string table with pyarrow's RE2
-``extract_regex`` (about 0.3 s for the 0.85 M strings of transformer_amp_large; pandas'
-``.str.extract`` takes several times longer on the same pyarrow strings); everything else is
-decided per distinct name, of which a large recording has a few hundred.
 """
 
 from __future__ import annotations
@@ -34,8 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..model import StringTable
 
@@ -50,13 +43,6 @@ IGNORE = 6  # other dict/JSON markers ({"model_config": ...}): no op, no group
 FRAMEWORK = (FORWARD, BACKWARD, TRACE, MODOP)
 
 FPROP, BPROP = "fprop", "bprop"
-
-# The name of an emit_nvtx marker ends where its first ", key = value" suffix begins.
-_HEAD = r"^(?P<head>[^,]*(?:, (?:seq|op_id) = )?)"
-_SUFFIXES = (", seq = ", ", op_id = ")
-_SEQ = r"^[^,]*, seq = (?P<seq>\d+)"
-# emit_nvtx's record_shapes suffix (parsed for op heads only).
-SIZES = r", sizes = (?P<sizes>\[.*?\])(?:, input_op_ids = .*)?$"
 
 _ENGINE_PREFIX = "autograd::engine::evaluate_function: "
 _BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?P<node>[A-Z]\w*?)(?:Backward\d*)?$")
@@ -136,27 +122,6 @@ def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
     return row
 
 
-def _arrow(values: pd.Series) -> pa.ChunkedArray:
-    """The strings as arrow data, without a copy (the text of a big export is a gigabyte)."""
-    array = pa.array(values.array) if not isinstance(values.dtype, np.dtype) else pa.array(values.astype(str))
-    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
-
-
-def _take(text: pa.ChunkedArray, positions: np.ndarray) -> pa.Array:
-    """``text[positions]``, taken chunk by chunk: ``ChunkedArray.take`` costs time in proportion to the
-    number of chunks even for a handful of rows, and combining the chunks first copies all the text."""
-    if len(positions) == 0:
-        return pa.array([], type=text.type)
-    bounds = np.cumsum([0] + [len(c) for c in text.chunks])
-    order = np.argsort(positions, kind="stable")
-    ordered = positions[order]
-    cuts = np.searchsorted(ordered, bounds)
-    pieces = [text.chunk(k).take(pa.array(ordered[cuts[k]:cuts[k + 1]] - bounds[k]))
-              for k in range(text.num_chunks) if cuts[k + 1] > cuts[k]]  # chunks, not rows
-    taken = pa.concat_arrays(pieces)
-    return taken.take(pa.array(np.argsort(order, kind="stable")))
-
-
 def distinct_ids(ids: np.ndarray) -> np.ndarray:
     """Sorted distinct non-negative ids (a mark table: O(n), faster than np.unique on big id arrays)."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -168,96 +133,29 @@ def distinct_ids(ids: np.ndarray) -> np.ndarray:
     return np.flatnonzero(seen).astype(np.int64)
 
 
-def _lookup(ids: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: int = -1) -> np.ndarray:
-    """values[i] for each wanted id equal to ids[i] (ids sorted, distinct, non-negative), else `missing`."""
-    wanted = np.asarray(wanted, dtype=np.int64)
-    table = np.full(int(max(ids.max(initial=-1), wanted.max(initial=-1))) + 2, missing, dtype=np.int64)
-    table[ids] = values
-    return table[np.where(wanted >= 0, wanted, len(table) - 1)]
-
-
-def _positions(index: pd.Index, ids: np.ndarray) -> np.ndarray:
-    """Row of each id in the string table (-1 when absent); ids are the rows when the table is dense."""
-    n = len(index)
-    if n and index.is_monotonic_increasing and index[0] == 0 and index[-1] == n - 1:
-        return np.where(ids < n, ids, -1)
-    return index.get_indexer(ids)
-
-
-def _flags(values: pa.Array) -> np.ndarray:
-    return pc.fill_null(values, False).to_numpy(zero_copy_only=False).astype(bool)
-
-
-def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """Dictionary codes of `values` and the distinct values (arrow-side, no Python string per row)."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64), []
-    encoded = pc.dictionary_encode(values, null_encoding="encode")
-    if isinstance(encoded, pa.ChunkedArray):  # the chunks share one dictionary: only indices are joined
-        encoded = encoded.combine_chunks()
-    return (encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
-            [v or "" for v in encoded.dictionary.to_pylist()])
-
-
 @dataclass(frozen=True)
 class Parsed:
-    name: np.ndarray  # per input row: code into `names`, -1 for an unknown text id
-    seq: np.ndarray  # per input row: autograd sequence number, -1 when none
+    name: np.ndarray  # per input row: code into `names`, -1 for a range without a name
     names: pd.DataFrame  # index: name code; kind, op_name, op_type, direction, stack, data_types, input_shapes
 
 
-def parse_markers(strings: StringTable, text_ids: np.ndarray) -> Parsed:
-    """Op fields of NVTX texts: `text_ids` is one id per range; work is done once per distinct id."""
+def parse_markers(strings: StringTable, text_ids: np.ndarray, emit: np.ndarray) -> Parsed:
+    """Op fields of NVTX range names, decided once per distinct name.
+
+    `text_ids` are the reader's name ids (``nvtx["text_id"]``: the text without emit_nvtx's
+    per-call details), `emit` its flag for ranges whose text carried them; a name is an emit_nvtx
+    name when any of its ranges did.
+    """
     text_ids = np.asarray(text_ids, dtype=np.int64)
     ids = distinct_ids(text_ids)
-    table = strings.values
-    positions = _positions(table.index, ids)
-    ids = ids[positions >= 0]
-    positions = positions[positions >= 0]
-    text = _arrow(table)
-    # Two regexes anchored at the start read only the head of each text (the sizes lists behind
-    # can be long); one capture group each: a single pattern with several optional capture groups
-    # is several times slower in RE2 (1.5 s against 2 x 0.45 s on the 3.4 M texts of a 4x run).
-    seq_text = pc.struct_field(pc.extract_regex(text, _SEQ), "seq")  # null where there is no seq
-    seq = pc.fill_null(pc.cast(seq_text, pa.int64()), -1).to_numpy(zero_copy_only=False)[positions]
-    # The head is the name plus ", seq = " or ", op_id = " when the text is an emit_nvtx marker:
-    # few distinct heads, so telling name and suffix apart is done per distinct head.
-    head_codes, heads = _encode(pc.struct_field(pc.extract_regex(text, _HEAD), "head"))
-    head_codes = head_codes[positions]
-    head_suffixed = np.array([h.endswith(_SUFFIXES) for h in heads], dtype=bool)
-    suffix = head_suffixed[head_codes] if len(heads) else np.zeros(len(ids), dtype=bool)
-
-    # Only emit_nvtx names are cut at the first comma; plain and dict markers keep their whole text
-    # (few distinct strings, so taking them is cheap).
-    used = distinct_ids(head_codes[suffix])
-    remap = np.zeros(len(heads), dtype=np.int64)
-    remap[used] = np.arange(len(used))
-    cut_codes = remap[head_codes[suffix]]
-    cut_names = [heads[i].rsplit(", ", 1)[0] for i in used]  # drop the ", seq = " / ", op_id = "
-    whole_codes, whole_names = _encode(_take(text, positions[~suffix]))
-    merged, uniques = pd.factorize(pd.Series(cut_names + whole_names, dtype=object))
-    codes = np.empty(len(ids), dtype=np.int64)
-    codes[suffix] = merged[:len(used)][cut_codes]
-    codes[~suffix] = merged[len(used):][whole_codes]
-    # a name is an emit_nvtx name when any of its texts carried a suffix
-    suffixed = np.zeros(len(uniques), dtype=bool)
-    suffixed[codes[suffix]] = True
-    rows = [classify_name(str(n), bool(s)) for n, s in zip(uniques, suffixed, strict=True)]
-    names_frame = pd.DataFrame(rows, index=pd.RangeIndex(len(uniques)),
-                               columns=["kind", "op_name", "op_type", "direction", "stack", "data_types",
-                                        "input_shapes"])
-    names_frame["kind"] = names_frame["kind"].astype(np.int8)
-    return Parsed(_lookup(ids, codes, text_ids), _lookup(ids, seq, text_ids), names_frame)
-
-
-def input_shapes(strings: StringTable, text_ids: np.ndarray) -> np.ndarray:
-    """emit_nvtx ``sizes = [...]`` text per row of `text_ids` ('' when absent); call it for op heads only."""
-    text_ids = np.asarray(text_ids, dtype=np.int64)
-    ids = distinct_ids(text_ids)
-    positions = _positions(strings.values.index, ids)
-    ids, positions = ids[positions >= 0], positions[positions >= 0]
-    if len(ids) == 0:
-        return np.full(len(text_ids), "", dtype=object)
-    sizes = pc.struct_field(pc.extract_regex(_take(_arrow(strings.values), positions), SIZES), "sizes")
-    shapes = np.asarray([s or "" for s in sizes.to_pylist()] + [""], dtype=object)
-    return shapes[_lookup(ids, np.arange(len(ids)), text_ids, missing=len(ids))]
+    lookup = np.full(int(ids.max(initial=-1)) + 2, -1, dtype=np.int64)  # last slot: "no name"
+    lookup[ids] = np.arange(len(ids))
+    code = lookup[np.where(text_ids >= 0, text_ids, len(lookup) - 1)]
+    known = code >= 0
+    suffixed = np.bincount(code[known], weights=np.asarray(emit)[known], minlength=len(ids)) > 0
+    texts = strings.decode(ids).to_numpy()
+    rows = [classify_name(str(t), bool(f)) for t, f in zip(texts, suffixed, strict=True)]  # distinct names
+    names = pd.DataFrame(rows, index=pd.RangeIndex(len(ids)),
+                         columns=["kind", "op_name", "op_type", "direction", "stack", "data_types", "input_shapes"])
+    names["kind"] = names["kind"].astype(np.int8)
+    return Parsed(code, names)

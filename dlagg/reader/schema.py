@@ -119,19 +119,19 @@ SYNC = Table(
     ),
 )
 
-# NVTX text is either inline (`text`) or a registered string (`textId` -> StringIds); the reader
-# folds inline text into the string table so that only integer ids travel on.
+# NVTX ranges (push/pop and start/end; marks and domain-creation rows are not read). The text is
+# read apart, cut and dictionary-encoded (reader/nvtx.py): the frame gets text_id (name id in the
+# string table), seq (autograd sequence number, -1) and emit (an emit_nvtx marker) besides these.
 NVTX = Table(
     "nvtx",
     _suffixed("NVTX_EVENTS"),
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64", NO_ID),
-        Column("eventType", "event_type", "int32"),
         Column("globalTid", "global_tid", "int64", 0),
         Column("endGlobalTid", "end_global_tid", "int64", 0),
-        Column("domainId", "domain_id", "int64", 0),
-        Column("textId", "text_id", "int64", NO_ID),
+        Column("domainId", "domain_id", "int32", 0),
+        Column("rowid", "row", "int64"),  # to read a range's details later (NvtxDetails)
     ),
 )
 

@@ -2,19 +2,22 @@
 
 Contract: ``load_profile(path) -> Profile``. The file is opened ``mode=ro&immutable=1``: nothing is
 written, no index or column is added (DLProf altered its input; dlagg never does). Event tables
-are read through the Arrow-native ADBC SQLite driver (see docs/design.md, "Reader: why ADBC"),
-with the standard ``sqlite3`` module as a fallback for the rare column whose values change type
-mid-table.
+are read through the Arrow-native ADBC SQLite driver (see docs/design.md, "Reader"), with the
+standard ``sqlite3`` module as a fallback for the rare column whose values change type mid-table.
 
-Memory is the budget that matters on big exports (peak under twice the file size), so each table
-arrives as one Arrow batch and its numeric columns become numpy arrays *without a copy*; the NVTX
-inline text (most of an emit_nvtx export's bytes) arrives in the same query as the ``StringIds``
-values, so the string table is that one Arrow array, never concatenated or converted to Python.
+Memory is the budget that matters on big exports (peak under twice the file size): each query
+arrives as one Arrow batch whose numeric columns become numpy arrays *without a copy*, NULLs are
+filled on the Arrow side (``COALESCE`` in SQL made the driver half as fast), and NVTX text is cut
+and dictionary-encoded slice by slice as it is read (``reader/nvtx.py``). Tables and NVTX slices
+are read on worker threads, each with its own connection: SQLite, the driver and Arrow compute
+release the GIL.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,15 +29,22 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..model import Profile, ProfileMeta, StringTable
+from . import nvtx as nv
 from . import schema
 from .schema import NO_ID, Column, Table
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# Rows per Arrow batch asked of the ADBC driver: a whole table in one batch, so columns arrive
+# Rows per Arrow batch asked of the ADBC driver: a whole result in one batch, so columns arrive
 # contiguous and numeric ones become numpy arrays with no copy (the default of 1024-row batches
 # costs a concatenation per column and fragments the heap). The driver's maximum is 2**31 - 2.
 ONE_BATCH_ROWS = 2**30
+# NVTX rows per slice: big enough that per-query costs vanish, small enough that a slice's
+# Arrow batch (about 60 MB) is a small share of the memory budget.
+NVTX_SLICE_ROWS = 1_000_000
+# Worker threads for the reads; more than the cores only adds memory.
+READ_THREADS = max(1, min(4, os.cpu_count() or 1))
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
+DAMAGED = "{path}: cannot read the database ({exc}); the export may be truncated: export the nsys report again"
 
 
 def _uri(path: Path) -> str:
@@ -63,14 +73,19 @@ def check_input(path: Path) -> None:
 
 
 class Database:
-    """A read-only view of one export: which tables and columns exist, and typed reads."""
+    """A read-only view of one export: which tables and columns exist, and typed reads.
+
+    Metadata queries use one ``sqlite3`` connection; Arrow reads use one ADBC connection per
+    thread, so several threads can read at once.
+    """
 
     def __init__(self, path: Path) -> None:
         check_input(path)
         self.path = path
-        self._adbc = None
+        self._local = threading.local()
+        self._adbc: list[object] = []
         try:
-            self.conn = sqlite3.connect(_uri(path), uri=True)
+            self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
             # nsys stores some strings that are not valid UTF-8 (environment blocks): keep them.
             self.conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
             self.tables = {
@@ -80,33 +95,37 @@ class Database:
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
                              "export the nsys report again") from None
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.conn.close()
-        if self._adbc is not None:
-            self._adbc.close()
+        for conn in self._adbc:
+            conn.close()  # type: ignore[attr-defined]
 
     def find(self, candidates: Iterable[str]) -> str | None:
         return next((name for name in candidates if name in self.tables), None)
 
     def columns(self, table: str) -> list[str]:
-        if self.tables.get(table) is None:
-            self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
-        return self.tables[table]  # type: ignore[return-value]
+        with self._lock:
+            if self.tables.get(table) is None:
+                self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
+            return self.tables[table]  # type: ignore[return-value]
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
-            return self.conn.execute(sql, params).fetchall()
+            with self._lock:
+                return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"{self.path}: cannot read the database ({exc}); "
-                             "the export may be truncated: export the nsys report again") from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
 
     def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
-        if self._adbc is None:
+        conn = getattr(self._local, "adbc", None)
+        if conn is None:
             import adbc_driver_sqlite.dbapi as adbc
 
-            self._adbc = adbc.connect(_uri(self.path))
-        cursor = self._adbc.cursor()
+            conn = self._local.adbc = adbc.connect(_uri(self.path))
+            self._adbc.append(conn)
+        cursor = conn.cursor()
         try:
             if batch_rows is not None:
                 from adbc_driver_sqlite import StatementOptions
@@ -127,28 +146,21 @@ class Database:
                 return self._adbc_table(sql, batch_rows)
             except Exception:  # noqa: BLE001, S112 - any driver failure: try the next, slower path
                 continue
+        conn = sqlite3.connect(_uri(self.path), uri=True)  # this thread's own: the fallback is rare
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
-            cursor = self.conn.execute(sql)
+            cursor = conn.execute(sql)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"{self.path}: cannot read the database ({exc}); "
-                             "the export may be truncated: export the nsys report again") from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
+        finally:
+            conn.close()
         return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)})
 
-    def read(
-        self, table: Table, *, extra: str = "", where: str = "", prefix: str = "", skip: int = 0
-    ) -> tuple[pd.DataFrame, str | None, pa.Table | None]:
-        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent).
-
-        Returns the frame, the physical table name, and the Arrow table (for extra columns).
-        `prefix` is a SELECT whose `skip` rows come first (``UNION ALL``) and are left out of the
-        frame: it lets another table's values share one Arrow column with `extra`.
-        """
-        physical = self.find(table.sources)
-        if physical is None:
-            return empty_frame(table), None, None
-        present = set(self.columns(physical))
+    def select(self, table: Table, physical: str, *, extra: str = "", where: str = "") -> str:
+        """SQL reading `table`'s declared columns from `physical`, plus `extra`; checks required columns."""
+        present = set(self.columns(physical)) | {"rowid"}
         missing = [c.source for c in table.required if c.source not in present]
         if missing:
             raise InputError(f"{self.path}: table {physical} lacks column(s) {', '.join(missing)}; "
@@ -156,21 +168,28 @@ class Database:
         select = [_select(column, present) for column in table.columns]
         if extra:
             select.append(extra)
-        sql = f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
-        arrow = self.arrow(f"{prefix} UNION ALL {sql}" if prefix else sql)
-        frame = pd.DataFrame(
-            {column.name: _as_numpy(arrow.column(column.name), column)[skip:] for column in table.columns},
-            copy=False,  # the arrays are views of the Arrow batch: keep them, do not consolidate
-        )
-        return frame, physical, arrow
+        return f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
+
+    def read(self, table: Table) -> tuple[pd.DataFrame, str | None]:
+        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent)."""
+        physical = self.find(table.sources)
+        if physical is None:
+            return empty_frame(table), None
+        arrow = self.arrow(self.select(table, physical))
+        return frame_of(arrow, table.columns), physical
+
+
+def frame_of(arrow: pa.Table, columns: Iterable[Column]) -> pd.DataFrame:
+    """The declared columns of `arrow` as a frame of numpy arrays (views of the Arrow buffers)."""
+    return pd.DataFrame({c.name: _as_numpy(arrow.column(c.name), c) for c in columns},
+                        copy=False)  # the arrays are views of the Arrow batch: keep them, do not consolidate
 
 
 def _select(column: Column, present: set[str]) -> str:
+    """The column as is (NULLs are filled on the Arrow side), or its default when the export lacks it."""
     if column.source not in present:
         return f"{column.default} AS {column.name}"
-    if column.default is None:
-        return f'"{column.source}" AS {column.name}'
-    return f'COALESCE("{column.source}", {column.default}) AS {column.name}'
+    return f'"{column.source}" AS {column.name}'
 
 
 def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
@@ -226,72 +245,104 @@ def _gpus(db: Database) -> pd.DataFrame:
     return gpus.sort_values("device_id", kind="stable").reset_index(drop=True)
 
 
-def _utf8(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """`values` with invalid UTF-8 (nsys keeps some raw environment bytes) replaced, like sqlite3 would."""
-    try:
-        values.validate(full=True)
-        return values
-    except pa.ArrowInvalid:  # rare: decode in Python with replacement characters
-        raw = values.cast(pa.binary()).to_pylist()
-        return pa.chunked_array([pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw],
-                                          type=pa.string())])
+class _NvtxRead:
+    """NVTX ranges read in row-id slices into preallocated columns (see reader/nvtx.py).
 
-
-def _nvtx_and_strings(db: Database, strings_table: str) -> tuple[pd.DataFrame, str | None, pd.Series, dict[int, str]]:
-    """NVTX events (without domain-creation rows), the string table, and NVTX domain names.
-
-    Inline NVTX text (``NVTX_EVENTS.text``) gets string ids after the ``StringIds`` ones, one per
-    row (emit_nvtx names are unique per row anyway: deduplicating 0.85 M strings cost more than the
-    rest of the read). The StringIds values and the inline texts come out of one ``UNION ALL``
-    query as one Arrow column, which *is* the string table: 0.1 GB of text per 0.85 M ranges is
-    neither copied nor turned into Python objects.
+    Slices are read and parsed on worker threads; ``finish`` unifies their name dictionaries and
+    drops the row ids that held no range (marks, domain rows, gaps).
     """
-    string_ids = db.arrow(f'SELECT "id" FROM "{strings_table}" ORDER BY "id"').column("id")
-    string_ids = string_ids.to_numpy().astype(np.int64, copy=False) if len(string_ids) else np.empty(0, np.int64)
-    base = int(string_ids[-1]) + 1 if len(string_ids) else 0
-    by_id = f'(SELECT "value" FROM "{strings_table}" ORDER BY "id")'
-    nvtx_table = db.find(schema.NVTX.sources)
-    inline = nvtx_table is not None and "text" in db.columns(nvtx_table)
-    not_domain = f'"eventType" != {schema.NVTX_DOMAIN_CREATE}'
-    if inline:
-        defaults = ", ".join(f"{c.default if c.default is not None else 0} AS {c.name}" for c in schema.NVTX.columns)
-        nvtx, _, arrow = db.read(schema.NVTX, extra='"text" AS text', where=not_domain,
-                                 prefix=f'SELECT {defaults}, "value" AS text FROM {by_id}', skip=len(string_ids))
-        values = arrow.column("text")
-        has_text = values.is_valid().to_numpy(zero_copy_only=False)[len(string_ids):]
-        inline_ids = base + np.arange(len(nvtx), dtype=np.int64)
-        if has_text.any():
-            nvtx = nvtx.assign(text_id=np.where(has_text, inline_ids, nvtx["text_id"].to_numpy()))
-        ids = np.concatenate((string_ids, inline_ids))
-    else:
-        nvtx, _, _ = db.read(schema.NVTX, where=not_domain) if nvtx_table else (empty_frame(schema.NVTX), None, None)
-        values = db.arrow(f'SELECT "value" FROM {by_id}').column("value")
-        ids = string_ids
-    if pa.types.is_null(values.type):
-        values = values.cast(pa.string())
-    strings = pd.Series(pd.array(_utf8(values), dtype="str"), index=pd.Index(ids, dtype=np.int64, copy=False))
-    table = StringTable(strings)
+
+    def __init__(self, db: Database, strings_table: str) -> None:
+        self.db = db
+        self.physical = db.find(schema.NVTX.sources)
+        self.slices: list[tuple[int, int]] = []
+        self.text = "NULL"
+        if self.physical is None:
+            return
+        self.text = nv.text_sql(set(db.columns(self.physical)), strings_table)
+        # min and max of the rowid are single b-tree seeks each (together they would be a scan)
+        first = db.query(f'SELECT min(rowid) FROM "{self.physical}"')[0][0]
+        last = db.query(f'SELECT max(rowid) FROM "{self.physical}"')[0][0]
+        if first is None:
+            return
+        self.first, span = int(first), int(last) - int(first) + 1  # type: ignore[arg-type]
+        count = -(-span // NVTX_SLICE_ROWS)
+        if span >= 100_000:  # big enough to be worth reading on every thread
+            count = max(count, READ_THREADS)
+        bounds = np.linspace(self.first, self.first + span, count + 1).astype(np.int64)
+        self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+        self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text",
+                             where=nv.RANGE_FILTER)
+        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns}
+        self.codes = np.empty(span, dtype=np.int32)
+        self.seq = np.empty(span, dtype=np.int32)
+        self.emit = np.empty(span, dtype=bool)
+
+    def read_slice(self, lo: int, hi: int) -> tuple[int, int, pa.Array]:
+        """Read rows with lo <= rowid < hi into the columns; (offset, rows, distinct names of the slice)."""
+        arrow = self.db.arrow(f"{self.sql} AND rowid >= {lo} AND rowid < {hi}")
+        offset, n = lo - self.first, arrow.num_rows
+        for column in schema.NVTX.columns:
+            self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
+        names = nv.split_names(arrow.column("text"))
+        self.codes[offset:offset + n] = names.codes
+        self.seq[offset:offset + n] = names.seq
+        self.emit[offset:offset + n] = names.emit
+        return offset, n, names.names
+
+    def finish(self, results: list[tuple[int, int, pa.Array]], base: int) -> tuple[pd.DataFrame, pa.Array]:
+        """The NVTX frame (``text_id`` = `base` + name code) and the distinct names."""
+        if not self.slices:
+            frame = empty_frame(schema.NVTX)
+            return frame.assign(text_id=np.empty(0, np.int64), seq=np.empty(0, np.int32),
+                                emit=np.empty(0, bool)), pa.array([], pa.string())
+        dictionaries = [names for _, _, names in results]
+        merged = pc.dictionary_encode(pa.concat_arrays(dictionaries)) if dictionaries else None
+        distinct = merged.dictionary if merged is not None else pa.array([], pa.string())
+        global_codes = merged.indices.to_numpy(zero_copy_only=False).astype(np.int64) if merged is not None else None
+        id_type = np.int32 if base + len(distinct) < np.iinfo(np.int32).max else np.int64
+        text_id = self.codes if id_type is np.int32 else self.codes.astype(np.int64)
+        keep = np.zeros(len(text_id), dtype=bool)
+        at = 0
+        for offset, n, names in results:  # slices, not events
+            remap = np.append(global_codes[at:at + len(names)] + base, NO_ID).astype(id_type)
+            local = text_id[offset:offset + n]
+            text_id[offset:offset + n] = remap[np.where(local >= 0, local, len(names))]
+            keep[offset:offset + n] = True
+            at += len(names)
+        columns = {**self.out, "text_id": text_id, "seq": self.seq, "emit": self.emit}
+        if not keep.all():  # compact one column at a time: the transient copy is one column
+            columns = {name: values[keep] for name, values in columns.items()}
+        self.out = {}
+        return pd.DataFrame(columns, copy=False), distinct
+
+
+def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]:
+    arrow = db.arrow(f'SELECT "id", "value" FROM "{strings_table}" ORDER BY "id"')
+    ids = arrow.column("id")
+    ids = ids.to_numpy().astype(np.int64, copy=False) if len(ids) else np.empty(0, np.int64)
+    values = nv.valid_utf8(arrow.column("value"))
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return ids, values
+
+
+def _domains(db: Database, physical: str | None, strings: StringTable) -> dict[int, str]:
+    """NVTX domain id -> name, from the domain-creation rows (read apart: they are not ranges)."""
     domains = {0: ""}
-    if nvtx_table is not None:
-        present = db.columns(nvtx_table)
-        text = '"text"' if "text" in present else "NULL"
-        text_id = '"textId"' if "textId" in present else "NULL"
-        domain = '"domainId"' if "domainId" in present else "0"
-        for domain_id, name, name_id in db.query(
-            f'SELECT {domain}, {text}, {text_id} FROM "{nvtx_table}" WHERE "eventType" = {schema.NVTX_DOMAIN_CREATE}'
-        ):
-            if name is None:
-                name = table.get(int(name_id), "") if name_id is not None else ""
-            domains[int(domain_id or 0)] = str(name)
-    return nvtx, nvtx_table, strings, domains
-
-
-def _nvtx_and_strings_of(path: Path, strings_table: str) -> tuple[pd.DataFrame, str | None, pd.Series, dict[int, str]]:
-    db = Database(path)
-    try:
-        return _nvtx_and_strings(db, strings_table)
-    finally:
-        db.close()
+    if physical is None:
+        return domains
+    present = db.columns(physical)
+    text = '"text"' if "text" in present else "NULL"
+    text_id = '"textId"' if "textId" in present else "NULL"
+    domain = '"domainId"' if "domainId" in present else "0"
+    for domain_id, name, name_id in db.query(
+        f'SELECT {domain}, {text}, {text_id} FROM "{physical}" WHERE "eventType" = {schema.NVTX_DOMAIN_CREATE}'
+    ):
+        if name is None:
+            name = strings.get(int(name_id), "") if name_id is not None else ""
+        domains[int(domain_id or 0)] = str(name)
+    return domains
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -304,19 +355,27 @@ def load_profile(path: str | Path) -> Profile:
         if strings_table is None or not known:
             raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
                              "event tables); pass the file made by 'nsys export --type sqlite'")
-        frames: dict[str, pd.DataFrame] = {}
-        physical: dict[str, str] = {}
-        # NVTX (most of an emit_nvtx export) is read on a second thread, with its own connection,
-        # while this one reads the other tables: SQLite and the ADBC driver release the GIL.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            nvtx_job = pool.submit(_nvtx_and_strings_of, path, strings_table)
-            for table in schema.EVENT_TABLES:
-                if table is not schema.NVTX:
-                    frames[table.name], physical[table.name], _ = db.read(table)
+        nvtx = _NvtxRead(db, strings_table)
+        others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            # NVTX slices first: they are most of the work, the small tables fill in behind them
+            slices = [pool.submit(nvtx.read_slice, lo, hi) for lo, hi in nvtx.slices]
+            tables = {t.name: pool.submit(db.read, t) for t in others}
+            string_ids = pool.submit(_string_ids, db, strings_table)
             meta_values = _key_values(db, schema.META_TABLES)
             env = _key_values(db, schema.SYSTEM_ENV_TABLES)
             gpus = _gpus(db)
-            frames["nvtx"], physical["nvtx"], strings, domains = nvtx_job.result()
+            results = _results(slices)
+            frames = {name: job.result()[0] for name, job in tables.items()}
+            physical = {name: job.result()[1] for name, job in tables.items()}
+            ids, values = string_ids.result()
+        base = int(ids[-1]) + 1 if len(ids) else 0
+        frames["nvtx"], names = nvtx.finish(results, base)
+        physical["nvtx"] = nvtx.physical
+        strings = StringTable(pd.Series(
+            pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
+            index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+        domains = _domains(db, nvtx.physical, strings)
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
@@ -334,18 +393,26 @@ def load_profile(path: str | Path) -> Profile:
         start=start,
         end=end,
     )
-    return Profile(strings=StringTable(strings), gpus=gpus, meta=meta, **frames)
+    details = nv.NvtxDetails(str(path.resolve()), nvtx.physical, nvtx.text)
+    return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_details=details, **frames)
+
+
+def _results(jobs: list) -> list:  # type: ignore[type-arg]
+    """Results of `jobs` in order; the first failure is raised once every job has stopped."""
+    errors = [job.exception() for job in jobs]
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        raise failed
+    return [job.result() for job in jobs]
 
 
 def _close_nvtx(nvtx: pd.DataFrame, profile_end: int) -> pd.DataFrame:
-    """Marks get end = start; ranges left open (NULL end) end with the profile."""
+    """Ranges left open (NULL end) end with the profile."""
     end = nvtx["end"].to_numpy()
-    start = nvtx["start"].to_numpy()
-    is_mark = nvtx["event_type"].to_numpy() == schema.NVTX_MARK
-    open_range = ~is_mark & (end < start)
-    if not (is_mark.any() or open_range.any()):
+    open_range = end < nvtx["start"].to_numpy()
+    if not open_range.any():
         return nvtx
-    return nvtx.assign(end=np.where(is_mark, start, np.where(open_range, profile_end, end)))
+    return nvtx.assign(end=np.where(open_range, profile_end, end))
 
 
 def _time_range(frames: dict[str, pd.DataFrame]) -> tuple[int, int]:

@@ -156,7 +156,7 @@ class ReportContext:
     def work_ops(self) -> pd.DataFrame:
         """Op columns for each row of `work` (index-aligned); empty strings where no op is known.
 
-        Columns: Op ID, Op Name, Direction, Op Type, Data Types, Input Shapes.
+        Columns: Op ID, Op Name, Direction, Op Type, Data Types (input shapes: `input_shapes`).
         """
         ops = self.ops
         instance = ops.work_instance
@@ -166,14 +166,29 @@ class ReportContext:
         columns = {}
         for column, source, by in (("Op ID", "op_id", key), ("Op Name", "op_name", key),
                                    ("Direction", "direction", key), ("Op Type", "op_type", key),
-                                   ("Data Types", "data_types", instance), ("Input Shapes", "input_shapes", instance)):
+                                   ("Data Types", "data_types", instance)):
             table = ops.ops if source in ops.ops else ops.instances
             values = np.append(table[source].to_numpy(dtype=object), "")  # last slot: "no op"
             columns[column] = values[np.where(by >= 0, by, len(values) - 1)]
         return pd.DataFrame(columns, index=self.work.index)
 
+    def input_shapes(self, work_index: pd.Index) -> np.ndarray:
+        """Input shapes of the op instance that launched each of these `work` rows ('' when unknown).
 
-OP_COLUMNS = ("Op ID", "Op Name", "Direction", "Op Type", "Data Types", "Input Shapes")
+        Dict markers carry them in the op's marker; emit_nvtx ranges in their text, which is read
+        now, for these instances only (``Profile.nvtx_details``).
+        """
+        ops = self.ops
+        instance = ops.work_instance[self.work.index.get_indexer(work_index)]
+        shapes = np.append(ops.instances["input_shapes"].to_numpy(dtype=object), "")  # last slot: "no op"
+        wanted = np.unique(instance[instance >= 0])
+        wanted = wanted[ops.instances["emit"].to_numpy()[wanted]]
+        if len(wanted) and self.profile.nvtx_details is not None:
+            shapes[wanted] = self.profile.nvtx_details.input_shapes(ops.instances["nvtx_row"].to_numpy()[wanted])
+        return shapes[np.where(instance >= 0, instance, len(shapes) - 1)]
+
+
+OP_COLUMNS = ("Op ID", "Op Name", "Direction", "Op Type", "Data Types")
 
 
 def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, unit: str = "(ns)") -> pd.DataFrame:

@@ -40,7 +40,7 @@ def build(ctx: ReportContext) -> Report:
         "Block Y": rows["block_y"].to_numpy(),
         "Block Z": rows["block_z"].to_numpy(),
         "Data Types": ops["Data Types"].to_numpy(),
-        "Input Shapes": ops["Input Shapes"].to_numpy(),
+        "Input Shapes": ctx.input_shapes(kernels.index),
         "Long Kernel Name": strings.decode(rows["name_id"]).to_numpy(),
     })
     for column in ("API Call Start (ns)", "API Call Time (ns)"):

@@ -29,7 +29,7 @@ from ..classify import DATALOADER_RANGE, IO_CALL
 from ..model import Iterations, Profile
 from . import intervals
 from .correlate import KERNEL
-from .iterations import key_instances, ranges
+from .iterations import key_instances
 
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu")
 
@@ -62,7 +62,7 @@ def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame,
     w_start = work["start"].to_numpy()
     w_end = work["end"].to_numpy()
 
-    rng = ranges(profile)
+    rng = profile.nvtx
     is_loader = np.isin(rng["text_id"].to_numpy(), profile.strings.ids_matching(DATALOADER_RANGE))
     osrt = profile.osrt
     io_ids = profile.strings.ids_matching(IO_CALL, among=osrt["name_id"].to_numpy())

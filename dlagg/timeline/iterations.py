@@ -18,7 +18,6 @@ import pandas as pd
 
 from ..errors import OptionsError
 from ..model import Iterations, Profile
-from ..reader.schema import NVTX_RANGE_TYPES
 
 # Tried in this order when no --key_node is given: TensorFlow's global step (DLProf's default),
 # the name used by most PyTorch training loops and our recordings, PyTorch profiler's step
@@ -44,17 +43,9 @@ def glob_regex(pattern: str) -> str:
     return ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*"))
 
 
-def ranges(profile: Profile) -> pd.DataFrame:
-    """NVTX ranges (push/pop and start/end), without marks."""
-    nvtx = profile.nvtx
-    is_range = np.isin(nvtx["event_type"].to_numpy(), NVTX_RANGE_TYPES)
-    # Usually every row is a range: return the frame itself, not a copy (GBs on big exports).
-    return nvtx if is_range.all() else nvtx[is_range]
-
-
 def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
     """Instances of `key_node` on the thread that has most of them (one rank, one loop)."""
-    found = ranges(profile)
+    found = profile.nvtx
     if "*" in key_node:
         ids = profile.strings.ids_matching(glob_regex(key_node))
     else:
@@ -68,7 +59,7 @@ def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
 
 def top_level(profile: Profile) -> pd.DataFrame:
     """Ranges not enclosed by another range of the same thread, with their name."""
-    rng = ranges(profile).sort_values(["global_tid", "start", "end"], ascending=[True, True, False], kind="stable")
+    rng = profile.nvtx.sort_values(["global_tid", "start", "end"], ascending=[True, True, False], kind="stable")
     if rng.empty:
         return rng.assign(name=pd.Series(dtype=object))
     reach = rng.groupby("global_tid", sort=False)["end"].cummax()
@@ -95,7 +86,7 @@ def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
 
 def auto_key_node(profile: Profile) -> tuple[str, str]:
     """(key node, why) chosen without user input; ("", why-not) when nothing qualifies."""
-    rng = ranges(profile)
+    rng = profile.nvtx
     for name in KNOWN_KEY_NODES:
         instances = key_instances(profile, name)
         if len(instances):
