@@ -159,4 +159,6 @@ def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
     return codes.astype(np.int64), distinct
 
 
-RANGE_FILTER = f'"eventType" IN ({", ".join(map(str, schema.NVTX_RANGE_TYPES))})'
+# Ranges, and the domain-creation rows that name the NVTX domains (a few, read in the same pass:
+# without an index, asking for them apart would scan the table again).
+ROW_FILTER = f'"eventType" IN ({", ".join(map(str, (*schema.NVTX_RANGE_TYPES, schema.NVTX_DOMAIN_CREATE)))})'

@@ -56,7 +56,6 @@ KERNELS = Table(
         Column("blockX", "block_x", "int32", 0),
         Column("blockY", "block_y", "int32", 0),
         Column("blockZ", "block_z", "int32", 0),
-        Column("graphNodeId", "graph_node_id", "int64", 0),
     ),
 )
 
@@ -69,7 +68,6 @@ RUNTIME = Table(
         Column("globalTid", "global_tid", "int64"),
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("nameId", "name_id", "int64", NO_ID),
-        Column("eventClass", "event_class", "int32", 0),
     ),
 )
 
@@ -101,7 +99,6 @@ MEMSET = Table(
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("globalPid", "global_pid", "int64", 0),
         Column("bytes", "bytes", "int64", 0),
-        Column("memKind", "mem_kind", "int32", NO_ID),
     ),
 )
 
@@ -119,7 +116,8 @@ SYNC = Table(
     ),
 )
 
-# NVTX ranges (push/pop and start/end; marks and domain-creation rows are not read). The text is
+# NVTX ranges (push/pop and start/end; marks are not read, domain-creation rows only for the
+# domain names). The text is
 # read apart, cut and dictionary-encoded (reader/nvtx.py): the frame gets text_id (name id in the
 # string table), seq (autograd sequence number, -1) and emit (an emit_nvtx marker) besides these.
 NVTX = Table(
@@ -128,6 +126,7 @@ NVTX = Table(
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64", NO_ID),
+        Column("eventType", "event_type", "int8"),  # only to set domain-creation rows apart
         Column("globalTid", "global_tid", "int64", 0),
         Column("endGlobalTid", "end_global_tid", "int64", 0),
         Column("domainId", "domain_id", "int32", 0),

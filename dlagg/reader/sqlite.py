@@ -272,49 +272,63 @@ class _NvtxRead:
         bounds = np.linspace(self.first, self.first + span, count + 1).astype(np.int64)
         self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text",
-                             where=nv.RANGE_FILTER)
-        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns}
+                             where=nv.ROW_FILTER)
+        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns if c.name != "event_type"}
         self.codes = np.empty(span, dtype=np.int32)
         self.seq = np.empty(span, dtype=np.int32)
         self.emit = np.empty(span, dtype=bool)
+        self.keep = np.zeros(span, dtype=bool)  # rows that are ranges (not gaps, not domain rows)
 
-    def read_slice(self, lo: int, hi: int) -> tuple[int, int, pa.Array]:
-        """Read rows with lo <= rowid < hi into the columns; (offset, rows, distinct names of the slice)."""
+    def read_slice(self, lo: int, hi: int) -> tuple[int, int, pa.Array, dict[int, str]]:
+        """Read rows with lo <= rowid < hi into the columns.
+
+        Returns (offset, rows, distinct names of the slice, NVTX domains created in the slice).
+        """
         arrow = self.db.arrow(f"{self.sql} AND rowid >= {lo} AND rowid < {hi}")
         offset, n = lo - self.first, arrow.num_rows
         for column in schema.NVTX.columns:
-            self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
+            if column.name in self.out:
+                self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
         names = nv.split_names(arrow.column("text"))
         self.codes[offset:offset + n] = names.codes
         self.seq[offset:offset + n] = names.seq
         self.emit[offset:offset + n] = names.emit
-        return offset, n, names.names
+        is_domain = _as_numpy(arrow.column("event_type"), schema.NVTX.columns[2]) == schema.NVTX_DOMAIN_CREATE
+        self.keep[offset:offset + n] = ~is_domain
+        domains = {}
+        if is_domain.any():  # a few rows: one per domain
+            rows = np.flatnonzero(is_domain)
+            texts = nv.valid_utf8(arrow.column("text").take(pa.array(rows))).to_pylist()
+            domain_ids = self.out["domain_id"][offset + rows]
+            domains = {int(d): t or "" for d, t in zip(domain_ids, texts, strict=True)}
+        return offset, n, names.names, domains
 
-    def finish(self, results: list[tuple[int, int, pa.Array]], base: int) -> tuple[pd.DataFrame, pa.Array]:
-        """The NVTX frame (``text_id`` = `base` + name code) and the distinct names."""
+    def finish(self, results: list[tuple[int, int, pa.Array, dict[int, str]]],
+               base: int) -> tuple[pd.DataFrame, pa.Array, dict[int, str]]:
+        """The NVTX frame (``text_id`` = `base` + name code), the distinct names and the domain names."""
+        domains = {0: ""}
         if not self.slices:
-            frame = empty_frame(schema.NVTX)
-            return frame.assign(text_id=np.empty(0, np.int64), seq=np.empty(0, np.int32),
-                                emit=np.empty(0, bool)), pa.array([], pa.string())
-        dictionaries = [names for _, _, names in results]
-        merged = pc.dictionary_encode(pa.concat_arrays(dictionaries)) if dictionaries else None
-        distinct = merged.dictionary if merged is not None else pa.array([], pa.string())
-        global_codes = merged.indices.to_numpy(zero_copy_only=False).astype(np.int64) if merged is not None else None
+            frame = empty_frame(schema.NVTX).drop(columns="event_type")
+            return (frame.assign(text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32), emit=np.empty(0, bool)),
+                    pa.array([], pa.string()), domains)
+        merged = pc.dictionary_encode(pa.concat_arrays([names for _, _, names, _ in results]))
+        distinct = merged.dictionary
+        global_codes = merged.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         id_type = np.int32 if base + len(distinct) < np.iinfo(np.int32).max else np.int64
         text_id = self.codes if id_type is np.int32 else self.codes.astype(np.int64)
-        keep = np.zeros(len(text_id), dtype=bool)
         at = 0
-        for offset, n, names in results:  # slices, not events
+        for offset, n, names, created in results:  # slices, not events
             remap = np.append(global_codes[at:at + len(names)] + base, NO_ID).astype(id_type)
             local = text_id[offset:offset + n]
             text_id[offset:offset + n] = remap[np.where(local >= 0, local, len(names))]
-            keep[offset:offset + n] = True
             at += len(names)
+            domains.update(created)
         columns = {**self.out, "text_id": text_id, "seq": self.seq, "emit": self.emit}
+        keep = self.keep
         if not keep.all():  # compact one column at a time: the transient copy is one column
             columns = {name: values[keep] for name, values in columns.items()}
         self.out = {}
-        return pd.DataFrame(columns, copy=False), distinct
+        return pd.DataFrame(columns, copy=False), distinct, domains
 
 
 def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]:
@@ -325,24 +339,6 @@ def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     return ids, values
-
-
-def _domains(db: Database, physical: str | None, strings: StringTable) -> dict[int, str]:
-    """NVTX domain id -> name, from the domain-creation rows (read apart: they are not ranges)."""
-    domains = {0: ""}
-    if physical is None:
-        return domains
-    present = db.columns(physical)
-    text = '"text"' if "text" in present else "NULL"
-    text_id = '"textId"' if "textId" in present else "NULL"
-    domain = '"domainId"' if "domainId" in present else "0"
-    for domain_id, name, name_id in db.query(
-        f'SELECT {domain}, {text}, {text_id} FROM "{physical}" WHERE "eventType" = {schema.NVTX_DOMAIN_CREATE}'
-    ):
-        if name is None:
-            name = strings.get(int(name_id), "") if name_id is not None else ""
-        domains[int(domain_id or 0)] = str(name)
-    return domains
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -370,12 +366,11 @@ def load_profile(path: str | Path) -> Profile:
             physical = {name: job.result()[1] for name, job in tables.items()}
             ids, values = string_ids.result()
         base = int(ids[-1]) + 1 if len(ids) else 0
-        frames["nvtx"], names = nvtx.finish(results, base)
+        frames["nvtx"], names, domains = nvtx.finish(results, base)
         physical["nvtx"] = nvtx.physical
         strings = StringTable(pd.Series(
             pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
             index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
-        domains = _domains(db, nvtx.physical, strings)
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
