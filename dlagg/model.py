@@ -113,7 +113,14 @@ class NvtxDetails(Protocol):
 
 @dataclass(frozen=True)
 class Profile:
-    """What the reader returns; nothing downstream touches SQLite."""
+    """What the reader returns. Nothing downstream touches SQLite, but for `nvtx_details`, which
+    reads the few NVTX texts a report needs whole, on demand.
+
+    ``nvtx`` holds the NVTX ranges (push/pop and start/end, no marks): start, end, global_tid,
+    end_global_tid (0 unless a start/end range ended on another thread), domain_id, row (the row id
+    in the export), text_id (the range's name, without emit_nvtx's per-call details) and seq
+    (autograd sequence number of emit_nvtx markers, -1 when none).
+    """
 
     kernels: pd.DataFrame
     runtime: pd.DataFrame
@@ -125,6 +132,9 @@ class Profile:
     gpus: pd.DataFrame  # device_id, name, cc_major, cc_minor, total_memory, sm_count
     strings: StringTable
     meta: ProfileMeta
+    # One row per distinct NVTX range name (index: the name's id, as in nvtx["text_id"]); "emit":
+    # some range of that name was a PyTorch emit_nvtx marker (its text carried seq/op_id/sizes).
+    nvtx_names: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"emit": np.empty(0, bool)}))
     nvtx_details: NvtxDetails | None = None
 
     def has(self, table: str) -> bool:

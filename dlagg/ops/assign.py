@@ -57,6 +57,7 @@ from ..timeline.iterations import glob_regex
 from . import markers as mk
 from .tree import Forest
 
+DIRECTIONS = ("", mk.FPROP, mk.BPROP)  # direction codes of the instance table
 INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",
                     "input_shapes", "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
                     "kernel_time", "tc_kernel_time")
@@ -125,48 +126,51 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
     rng = profile.nvtx
+    tid_all = rng["global_tid"].to_numpy()
+    start_all = rng["start"].to_numpy()
+    end_all = rng["end"].to_numpy()
     end_tid = rng["end_global_tid"].to_numpy()
-    same_thread = (end_tid == 0) | (end_tid == rng["global_tid"].to_numpy())
+    same_thread = (end_tid == 0) | (end_tid == tid_all)
     warnings: list[str] = []
-    if (~same_thread).any():
+    if not same_thread.all():
         warnings.append(f"ops: {int((~same_thread).sum())} NVTX range(s) end on another thread than they start; "
                         "they define no op (a CUDA call cannot be placed inside them)")
-    keep = same_thread & (rng["end"].to_numpy() > rng["start"].to_numpy())
+    keep = same_thread & (end_all > start_all)
     if allowed is not None:
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
     if not keep.any():
         return empty_ops(len(work), tuple(warnings))
-    # plain arrays from here on: the NVTX frame is the biggest one, so no frame copies of it
-    kept = np.flatnonzero(keep)
-    forest = Forest.build(rng["global_tid"].to_numpy()[kept], rng["start"].to_numpy()[kept],
-                          rng["end"].to_numpy()[kept])
-    rows_of = kept[forest.order]
-    text_id = rng["text_id"].to_numpy()[rows_of]
+    # plain arrays from here on (the NVTX frame is the biggest one: no frame copies of it), and
+    # per-range work only where it must be: everything below the heads runs per op instance
+    kept = np.flatnonzero(keep) if not keep.all() else None
+    forest = Forest.build(*(a if kept is None else a[kept] for a in (tid_all, start_all, end_all)))
+    rows_of = forest.order if kept is None else kept[forest.order]
+    parsed = mk.parse_markers(profile.strings, profile.nvtx_names)
+    names = parsed.names
+    name = parsed.codes(rng["text_id"].to_numpy()[rows_of])
+    kind = np.append(names["kind"].to_numpy(dtype=np.int8), mk.IGNORE)[name]  # code -1 takes the last slot
     domain = rng["domain_id"].to_numpy()[rows_of]
-    seq = rng["seq"].to_numpy()[rows_of]
-    parent = forest.parent
-
-    parsed = mk.parse_markers(profile.strings, text_id, rng["emit"].to_numpy()[rows_of])
-    name, names = parsed.name, parsed.names
-    kind = np.where(name >= 0, names["kind"].to_numpy()[np.maximum(name, 0)], mk.IGNORE).astype(np.int8)
     # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
-    kind[np.isin(kind, (mk.USER, mk.FORWARD)) & (domain != 0)] = mk.LIBRARY
+    kind[_among(kind, mk.USER, mk.FORWARD) & (domain != 0)] = mk.LIBRARY
 
     # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
     if iterations.found:
-        kind[_key_ranges(profile, iterations, forest, text_id)] = mk.IGNORE
+        kind[_key_ranges(profile, iterations, forest, parsed, name)] = mk.IGNORE
     head = _heads(forest, kind)
-    rows = np.arange(len(forest))
-    head_of = forest.propagate(np.where(head, rows, -1))  # innermost op at or above each range
+    heads = np.flatnonzero(head)
+    if len(heads) == 0:
+        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
+    # instance_at[r]: the op instance of range r's innermost head at or above it (-1: none, also
+    # for index -1, "no range", which takes the appended last slot)
+    instance_of_head = np.full(len(forest) + 1, -1, dtype=np.int64)
+    instance_of_head[heads] = np.arange(len(heads))
+    instance_at = np.append(instance_of_head[forest.propagate(np.where(head, np.arange(len(forest)), -1))], -1)
 
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
     path_code, paths = _group_paths(forest, group, name, names["op_name"].to_numpy())
     _adopt_orphans(forest, head, group, path_code)
 
-    heads = np.flatnonzero(head)
-    if len(heads) == 0:
-        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
     h = pd.DataFrame({
         "row": heads,
         "start": forest.start[heads],
@@ -177,19 +181,17 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         "domain": domain[heads],
         "path": path_code[heads],
         "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
-    })
-    for column in ("op_name", "op_type", "direction", "stack", "data_types", "input_shapes"):
-        # object, not pandas' arrow "str": these frames are built once and never searched
-        h[column] = pd.Series(names[column].to_numpy(dtype=object)[h["name"].to_numpy()], dtype=object)
-    _library_names(h, profile)
-    _trace_details(h, kind, parent, name, names)
+    }, copy=False)
+    h["detail"] = _trace_details(h, kind, forest.parent, name)
+    h["direction"] = _direction_codes(names)[h["name"].to_numpy()]
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
-    instance_of_row = np.full(len(forest), -1, dtype=np.int64)
-    instance_of_row[heads] = np.arange(len(heads))
 
-    linked = _link_backward(forest, kind, seq, head_of, instance_of_row, h)
-    keys, ops = _group(h, linked, paths)
+    seq = rng["seq"].to_numpy()[rows_of]
+    linked = _link_backward(forest, kind, seq, instance_at, h)
+    del seq
+    op_names = _op_names(h, names, profile)
+    keys, ops = _group(h, linked, op_names, names)
     h["key"] = keys
 
     # GPU work and API calls -> innermost op instance on the launching thread.
@@ -197,28 +199,37 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     work_range = np.full(len(work), -1, dtype=np.int64)
     work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
                                            work["api_end"].to_numpy()[has_api])
-    work_instance = _instance(work_range, head_of, instance_of_row)
+    work_instance = instance_at[work_range]
     _adopt_unannotated_launches(forest, heads, work, work_instance)
     api = profile.runtime
-    api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
-    api_instance = _instance(api_range, head_of, instance_of_row)
-
-    # A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
-    h["path_text"] = pd.Series(np.asarray(paths, dtype=object)[h["path"].to_numpy()], dtype=object)
-    is_trace = (h["kind"] == mk.TRACE).to_numpy()
-    if is_trace.any():
-        stack_dir = h.loc[is_trace, "op_name"].astype(str).str.strip("/").str.rpartition("/")[0]
-        h.loc[is_trace, "path_text"] = (h.loc[is_trace, "path_text"] + stack_dir + "/").str.replace(
-            "//", "/", regex=False).to_numpy()
-    instances = _measure(h, work, work_instance, uses_tc, api, api_instance)
+    api_instance = instance_at[forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(),
+                                                api["end"].to_numpy())]
+    path_text = _path_texts(h, paths, op_names)
+    instances = _measure(h, names, path_text, work, work_instance, uses_tc, api, api_instance)
     return Ops(instances, ops, work_instance, tuple(warnings))
 
 
-def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, text_id: np.ndarray) -> np.ndarray:
+def _among(kind: np.ndarray, *kinds: int) -> np.ndarray:
+    """Mask of `kind` values in `kinds` (a lookup in a 256-entry table: np.isin sorts the big array)."""
+    table = np.zeros(256, dtype=bool)
+    table[list(kinds)] = True
+    return table[kind.astype(np.uint8)]
+
+
+def _direction_codes(names: pd.DataFrame) -> np.ndarray:
+    """Per name code: DIRECTIONS index of its direction."""
+    return np.array([DIRECTIONS.index(d) for d in names["direction"]], dtype=np.int8).reshape(-1)
+
+
+def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, parsed: mk.Parsed,
+                name: np.ndarray) -> np.ndarray:
     """Mask of the key node's ranges (on every thread: each rank has its own) and of every range enclosing one."""
     key = iterations.key_node
     ids = profile.strings.ids_matching(glob_regex(key)) if "*" in key else profile.strings.ids_equal(key)
-    above = np.isin(text_id, ids)
+    is_key = np.zeros(len(parsed.ids) + 1, dtype=bool)  # last slot: ranges without a name
+    codes = parsed.codes(ids)
+    is_key[codes[codes >= 0]] = True
+    above = is_key[name]
     for level in reversed(forest.levels[1:]):  # bottom-up: mark the parents of marked ranges
         marked = level[above[level] & (forest.parent[level] >= 0)]
         above[forest.parent[marked]] = True
@@ -228,27 +239,18 @@ def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, text_i
 def _heads(forest: Forest, kind: np.ndarray) -> np.ndarray:
     """Mask of the ranges that are ops (the rules of the module docstring)."""
     parent = forest.parent
-    rows = np.arange(len(forest))
-
-    def strictly_above(mask: np.ndarray) -> np.ndarray:
-        """Some proper ancestor of the range is in `mask`."""
-        at_or_above = forest.propagate(np.where(mask, rows, -1))
-        return np.where(parent >= 0, at_or_above[np.maximum(parent, 0)], -1) >= 0
-
-    framework_above = strictly_above(np.isin(kind, (*mk.FRAMEWORK, mk.LIBRARY)))
-    trace_above = strictly_above(kind == mk.TRACE)
+    # which kinds a range or one of its ancestors has, as bits, pushed down the nesting levels once
+    framework, trace = 1, 2
+    bits = (_among(kind, *mk.FRAMEWORK, mk.LIBRARY) * framework | (kind == mk.TRACE) * trace).astype(np.int8)
+    above = np.append(forest.propagate_or(bits), 0)[parent]  # strictly above: the parent's (0 for no parent)
+    framework_above = (above & framework) != 0
+    trace_above = (above & trace) != 0
     child_parents = parent[(kind != mk.IGNORE) & (parent >= 0)]
     has_child = np.bincount(child_parents, minlength=len(forest)) > 0
     return ((kind == mk.TRACE)
             | ((kind == mk.MODOP) & ~trace_above)
-            | (np.isin(kind, (mk.FORWARD, mk.BACKWARD, mk.LIBRARY)) & ~framework_above)
+            | (_among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY) & ~framework_above)
             | ((kind == mk.USER) & ~has_child & ~framework_above))
-
-
-def _instance(innermost: np.ndarray, head_of: np.ndarray, instance_of_row: np.ndarray) -> np.ndarray:
-    """Op instance of each call from its innermost enclosing range (-1: no range, or no op above it)."""
-    head = np.where(innermost >= 0, head_of[np.maximum(innermost, 0)], -1)
-    return np.where(head >= 0, instance_of_row[np.maximum(head, 0)], -1)
 
 
 def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray,
@@ -313,61 +315,102 @@ def _adopt_unannotated_launches(forest: Forest, heads: np.ndarray, work: pd.Data
     work_instance[todo[adopted]] = by_process.order[hit[adopted]]  # heads are numbered like instances
 
 
-def _library_names(h: pd.DataFrame, profile: Profile) -> None:
-    """Library-domain ops are named like nsys does: ``domain:text``."""
+@dataclass(frozen=True)
+class OpNames:
+    """What the reports call each instance's op: ``texts[code]``."""
+
+    code: np.ndarray  # per instance
+    texts: np.ndarray  # object array
+
+
+def _op_names(h: pd.DataFrame, names: pd.DataFrame, profile: Profile) -> OpNames:
+    """The marker's op name; library-domain ops are named like nsys does: ``domain:text``."""
+    texts = names["op_name"].to_numpy(dtype=object)
+    code = h["name"].to_numpy().astype(np.int64)
     lib = (h["kind"] == mk.LIBRARY).to_numpy()
     if lib.any():
-        domain_names = pd.Series(profile.meta.domains, dtype=object)
-        prefix = h.loc[lib, "domain"].map(domain_names).fillna("").astype(str)
-        h.loc[lib, "op_name"] = (prefix + ":" + h.loc[lib, "op_name"].astype(str)).to_numpy()
+        pairs = pd.DataFrame({"domain": h["domain"].to_numpy()[lib], "name": code[lib]})
+        distinct, inverse = np.unique(pairs.to_numpy(), axis=0, return_inverse=True)
+        extra = [f"{profile.meta.domains.get(int(d), '')}:{texts[n]}" for d, n in distinct]  # distinct pairs
+        code[lib] = len(texts) + np.ravel(inverse)
+        texts = np.concatenate((texts, np.array(extra, dtype=object)))
+    return OpNames(code, texts)
 
 
-def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: np.ndarray,
-                   names: pd.DataFrame) -> None:
-    """A traceMarker op takes op type, data types and shapes from its {'mod','op'} child."""
+def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: np.ndarray) -> np.ndarray:
+    """Per instance, the name code that gives its op type, data types and shapes: its own, but a
+    traceMarker op takes them from its (first) {'mod','op'} child."""
+    detail = h["name"].to_numpy().copy()
     is_trace = (h["kind"] == mk.TRACE).to_numpy()
     if not is_trace.any():
-        return
+        return detail
     child = np.flatnonzero((kind == mk.MODOP) & (parent >= 0))
     child = child[kind[parent[child]] == mk.TRACE]
-    first = pd.Series(name[child], index=parent[child]).groupby(level=0).first()
-    detail = first.reindex(h["row"].to_numpy()).to_numpy()
-    has = is_trace & ~pd.isna(detail)
-    codes = detail[has].astype(np.int64)
-    for column in ("op_type", "data_types", "input_shapes"):
-        h.loc[has, column] = names[column].to_numpy()[codes]
+    traces, first = np.unique(parent[child], return_index=True)  # children are in range order: first wins
+    at = np.searchsorted(h["row"].to_numpy(), traces)  # every traceMarker range is an op head
+    detail[at] = name[child[first]]
+    return detail
 
 
-def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, head_of: np.ndarray,
-                   instance_of_row: np.ndarray, h: pd.DataFrame) -> np.ndarray:
+def _path_texts(h: pd.DataFrame, paths: list[str], op_names: OpNames) -> tuple[np.ndarray, np.ndarray]:
+    """(code per instance, texts) of the instances' group paths.
+
+    A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
+    """
+    code = h["path"].to_numpy().astype(np.int64)
+    texts = np.asarray(paths, dtype=object)
+    trace = np.flatnonzero((h["kind"] == mk.TRACE).to_numpy())
+    if len(trace):
+        pairs = np.stack((code[trace], op_names.code[trace]), axis=1)
+        distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        extra = []
+        for path, op in distinct:  # distinct (path, stack) pairs
+            stack_dir = str(op_names.texts[op]).strip("/").rpartition("/")[0]
+            extra.append(f"{texts[path]}{stack_dir}/".replace("//", "/"))
+        code[trace] = len(texts) + np.ravel(inverse)
+        texts = np.concatenate((texts, np.array(extra, dtype=object)))
+    return code, texts
+
+
+def categorical(codes: np.ndarray, texts: np.ndarray) -> pd.Categorical:
+    """``texts[codes]`` as a categorical column (`texts` may repeat; no Python string per row)."""
+    distinct, remap = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
+    return pd.Categorical.from_codes(np.ravel(remap)[codes], categories=pd.Index(distinct, dtype=object))
+
+
+def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_at: np.ndarray,
+                   h: pd.DataFrame) -> np.ndarray:
     """For each instance, the forward instance its backward op belongs to (autograd seq), else -1.
 
     A backward node ``XBackward0, seq = N`` was created by the last forward op that recorded
     ``seq = N`` on its process before it: the sequence counter only moves on when a node is made.
     """
     linked = np.full(len(h), -1, dtype=np.int64)
-    instance = np.where(head_of >= 0, instance_of_row[np.maximum(head_of, 0)], -1)
-    direction = h["direction"].to_numpy()
-    inst_dir = np.where(instance >= 0, direction[np.maximum(instance, 0)], "")
-    pid = forest.tid & PID_MASK
-    node = np.flatnonzero((kind == mk.BACKWARD) & (seq >= 0) & (instance >= 0))
-    fwd = np.flatnonzero(np.isin(kind, (mk.FORWARD, mk.TRACE, mk.MODOP)) & (seq >= 0) & (instance >= 0)
-                         & (inst_dir == mk.FPROP))
-    if len(node) == 0 or len(fwd) == 0:
+    candidate = np.flatnonzero(seq >= 0)
+    instance = instance_at[candidate]
+    candidate, instance = candidate[instance >= 0], instance[instance >= 0]
+    is_node = kind[candidate] == mk.BACKWARD
+    is_forward = (_among(kind[candidate], mk.FORWARD, mk.TRACE, mk.MODOP)
+                  & (h["direction"].to_numpy()[instance] == DIRECTIONS.index(mk.FPROP)))
+    if not is_node.any() or not is_forward.any():
         return linked
-    nodes = pd.DataFrame({"pid": pid[node], "seq": seq[node], "start": forest.start[node],
-                          "instance": instance[node]}).sort_values("start", kind="stable")
-    forward = pd.DataFrame({"pid": pid[fwd], "seq": seq[fwd], "start": forest.start[fwd],
-                            "forward": instance[fwd]}).sort_values("start", kind="stable")
-    matched = pd.merge_asof(nodes, forward, on="start", by=["pid", "seq"], direction="backward",
-                            allow_exact_matches=False)
+    pid = forest.tid & PID_MASK
+
+    def frame(mask: np.ndarray, label: str) -> pd.DataFrame:
+        rows = candidate[mask]
+        return pd.DataFrame({"pid": pid[rows], "seq": seq[rows], "start": forest.start[rows],
+                             label: instance[mask]}).sort_values("start", kind="stable")
+
+    matched = pd.merge_asof(frame(is_node, "instance"), frame(is_forward, "forward"), on="start",
+                            by=["pid", "seq"], direction="backward", allow_exact_matches=False)
     matched = matched.dropna(subset=["forward"])
     first = matched.groupby("instance", sort=False)["forward"].first()
     linked[first.index.to_numpy(dtype=np.int64)] = first.to_numpy(dtype=np.int64)
     return linked
 
 
-def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
+           names: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Op key of each instance and the op table (see the module docstring)."""
     n = len(h)
     name_key = h["name"].to_numpy() * 1_000_003 + h["domain"].to_numpy()  # distinct markers per domain
@@ -402,10 +445,11 @@ def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.nd
     first = pd.DataFrame({"key": keys, "start": h["start"].to_numpy(), "i": np.arange(n)}).sort_values(
         "start", kind="stable").drop_duplicates("key")
     rep = first["i"].to_numpy()
+    rep_name = op_names.texts[op_names.code[rep]]
     ops = pd.DataFrame({
-        "op_name": h["op_name"].to_numpy()[rep],
-        "direction": h["direction"].to_numpy()[rep],
-        "op_type": h["op_type"].to_numpy()[rep],
+        "op_name": rep_name,
+        "direction": np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep]],
+        "op_type": names["op_type"].to_numpy(dtype=object)[h["detail"].to_numpy()[rep]],
         "first_start": first["start"].to_numpy(),
         "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
     }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
@@ -414,7 +458,7 @@ def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.nd
     again = (linked[rep] >= 0) & (occurrence[rep] > 0)
     if again.any():
         ops.loc[first["key"].to_numpy()[again], "op_name"] = [
-            f"{n}({k + 1})" for n, k in zip(h["op_name"].to_numpy()[rep[again]], occurrence[rep[again]], strict=True)]
+            f"{n}({k + 1})" for n, k in zip(rep_name[again], occurrence[rep[again]], strict=True)]
     # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
     # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
     # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
@@ -434,9 +478,9 @@ def _group(h: pd.DataFrame, linked: np.ndarray, paths: list[str]) -> tuple[np.nd
     return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key"]]
 
 
-def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, uses_tc: pd.Series,
-             api: pd.DataFrame, api_instance: np.ndarray) -> pd.DataFrame:
-    """The §1.5 figures of each instance."""
+def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
+             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame, api_instance: np.ndarray) -> pd.DataFrame:
+    """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
     start = work["start"].to_numpy()
     end = work["end"].to_numpy()
@@ -453,9 +497,7 @@ def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, use
     duration = end - start
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()
-    text = {c: pd.Series(h[source].to_numpy(dtype=object), dtype=object)  # object: no arrow conversion
-            for c, source in (("path", "path_text"), ("data_types", "data_types"), ("input_shapes", "input_shapes"),
-                              ("stack", "stack"))}
+    detail = h["detail"].to_numpy()
     return pd.DataFrame({
         "key": h["key"].to_numpy(),
         "iteration": h["iteration"].to_numpy(),
@@ -463,8 +505,11 @@ def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, use
         "end": h["end"].to_numpy(),
         "global_tid": h["global_tid"].to_numpy(),
         "nvtx_row": h["nvtx_row"].to_numpy(),
-        "emit": np.isin(h["kind"].to_numpy(), (mk.FORWARD, mk.BACKWARD)),
-        **text,
+        "emit": _among(h["kind"].to_numpy(), mk.FORWARD, mk.BACKWARD),
+        "path": categorical(*path),
+        "data_types": categorical(detail, names["data_types"].to_numpy(dtype=object)),
+        "input_shapes": categorical(detail, names["input_shapes"].to_numpy(dtype=object)),
+        "stack": categorical(h["name"].to_numpy(), names["stack"].to_numpy(dtype=object)),
         "cpu": cpu,
         "gpu": gpu,
         "gpu_idle": span - gpu,
@@ -475,4 +520,3 @@ def _measure(h: pd.DataFrame, work: pd.DataFrame, work_instance: np.ndarray, use
         "kernel_time": np.bincount(work_instance[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
         "tc_kernel_time": np.bincount(work_instance[tc], weights=duration[tc], minlength=n).astype(np.int64),
     })
-

@@ -1,7 +1,7 @@
 """NVTX range names -> op fields, decided once per distinct name.
 
-Contract: ``parse_markers(strings, text_ids, emit) -> Parsed`` with, per input row, ``name`` (code
-into ``names``); ``names`` has one row per distinct marker name: ``kind``, ``op_name`` (what the
+Contract: ``parse_markers(strings, nvtx_names) -> Parsed``: ``names`` has one row per distinct range
+name, ``codes(text_ids)`` maps the ranges' name ids to rows of it. Per name: ``kind``, ``op_name`` (what the
 reports show), ``op_type`` (normalised op), ``direction``, and for DLProf/PyProf dict markers
 ``stack`` (file:line list), ``data_types`` and ``input_shapes``. The reader has already cut
 emit_nvtx's per-call details off every text and kept the autograd ``seq`` apart
@@ -135,27 +135,37 @@ def distinct_ids(ids: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Parsed:
-    name: np.ndarray  # per input row: code into `names`, -1 for a range without a name
+    """Op fields per distinct NVTX range name: `names` row k describes the name whose id is ids[k]."""
+
     names: pd.DataFrame  # index: name code; kind, op_name, op_type, direction, stack, data_types, input_shapes
+    ids: np.ndarray  # name id (nvtx["text_id"]) of each code, sorted
+
+    def codes(self, text_ids: np.ndarray) -> np.ndarray:
+        """Name code of each id (-1 for an id that is no range name)."""
+        text_ids = np.asarray(text_ids)
+        if len(self.ids) == 0:
+            return np.full(len(text_ids), -1, dtype=np.int32)
+        first = int(self.ids[0])
+        if int(self.ids[-1]) - first + 1 == len(self.ids):  # the reader's ids are contiguous: no lookup
+            code = text_ids.astype(np.int64) - first
+            return np.where((code >= 0) & (code < len(self.ids)), code, -1).astype(np.int32)
+        pos = np.minimum(np.searchsorted(self.ids, text_ids), len(self.ids) - 1)
+        return np.where(self.ids[pos] == text_ids, pos, -1).astype(np.int32)
 
 
-def parse_markers(strings: StringTable, text_ids: np.ndarray, emit: np.ndarray) -> Parsed:
-    """Op fields of NVTX range names, decided once per distinct name.
+def parse_markers(strings: StringTable, nvtx_names: pd.DataFrame) -> Parsed:
+    """Op fields of the NVTX range names, decided once per distinct name.
 
-    `text_ids` are the reader's name ids (``nvtx["text_id"]``: the text without emit_nvtx's
-    per-call details), `emit` its flag for ranges whose text carried them; a name is an emit_nvtx
-    name when any of its ranges did.
+    `nvtx_names` is the profile's table of range names (index: name id; ``emit``: some range of the
+    name carried emit_nvtx's per-call details, which makes it an emit_nvtx name).
     """
-    text_ids = np.asarray(text_ids, dtype=np.int64)
-    ids = distinct_ids(text_ids)
-    lookup = np.full(int(ids.max(initial=-1)) + 2, -1, dtype=np.int64)  # last slot: "no name"
-    lookup[ids] = np.arange(len(ids))
-    code = lookup[np.where(text_ids >= 0, text_ids, len(lookup) - 1)]
-    known = code >= 0
-    suffixed = np.bincount(code[known], weights=np.asarray(emit)[known], minlength=len(ids)) > 0
+    ids = nvtx_names.index.to_numpy(dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    suffixed = nvtx_names["emit"].to_numpy(dtype=bool)[order]
     texts = strings.decode(ids).to_numpy()
     rows = [classify_name(str(t), bool(f)) for t, f in zip(texts, suffixed, strict=True)]  # distinct names
     names = pd.DataFrame(rows, index=pd.RangeIndex(len(ids)),
                          columns=["kind", "op_name", "op_type", "direction", "stack", "data_types", "input_shapes"])
     names["kind"] = names["kind"].astype(np.int8)
-    return Parsed(code, names)
+    return Parsed(names, ids)

@@ -84,12 +84,14 @@ class Forest:
         for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
             pos = np.searchsorted(above, level, side="left") - 1
             parent[level] = np.where(pos >= 0, above[np.maximum(pos, 0)], -1)
-        # crossing (not nested) ranges and matches across a thread boundary get no parent
-        has = parent >= 0
-        p = parent[has]
-        rows = np.flatnonzero(has)
-        bad = (tid[p] != tid[rows]) | (start[p] > start[rows]) | (end[p] < end[rows])
-        parent[rows[bad]] = -1
+        # Crossing (not nested) ranges and matches across a thread boundary get no parent. A parent
+        # comes earlier in (tid, start) order, so it has started no later than its child when both
+        # are of the child's thread, i.e. when it is not before the child's thread's first range.
+        thread_first = np.zeros(len(tid), dtype=np.int64)
+        for _, lo, hi in _thread_slices(tid):  # threads, not events
+            thread_first[lo:hi] = lo
+        bad = (parent < thread_first) | (np.append(end, 0)[parent] < end)
+        parent[bad & (parent >= 0)] = -1
         return cls(order, tid, start, end, parent, depth, levels)
 
     def __len__(self) -> int:
@@ -119,6 +121,15 @@ class Forest:
                 todo = todo[(cand[todo] >= 0) & (self.end[np.maximum(cand[todo], 0)] < end[rows][todo])]
             found[rows] = cand
         return found
+
+    def propagate_or(self, bits: np.ndarray) -> np.ndarray:
+        """Top-down: each range's bits OR'ed with those of all its ancestors."""
+        value = np.asarray(bits).copy()
+        for level in self.levels[1:]:
+            parent = self.parent[level]
+            nested = parent >= 0
+            value[level[nested]] |= value[parent[nested]]
+        return value
 
     def propagate(self, own: np.ndarray, inherit: np.ndarray | None = None) -> np.ndarray:
         """Top-down: each range's value is its own where `inherit` is False, else its parent's.

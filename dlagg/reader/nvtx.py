@@ -8,8 +8,9 @@ autograd ``seq``, and the input shapes of the few ranges that launched GPU work.
 
 So SQLite cuts each text where ``, op_id = `` or ``, sizes = `` begins (keeping that marker, which
 says the text was an emit_nvtx one), the Arrow side splits ``name, seq = N``, and names are
-dictionary-encoded: a range is an integer name id (into the profile's string table), a ``seq``
-(-1 when none) and an ``emit`` flag (the text carried emit_nvtx's ``seq``/``op_id``/``sizes``).
+dictionary-encoded: a range is an integer name id (into the profile's string table) and a ``seq``
+(-1 when none); per name, an ``emit`` flag says some range of that name carried emit_nvtx's
+``seq``/``op_id``/``sizes`` (``Profile.nvtx_names``).
 Registered strings (``textId`` -> ``StringIds``) go through the same cut, so every range's
 ``text_id`` is a name id. ``NvtxDetails.input_shapes`` reads the ``sizes = [...]`` part later,
 by row id, for the ranges that need it.
@@ -74,8 +75,8 @@ class Names:
 
     codes: np.ndarray  # int32, -1 for a range without text
     seq: np.ndarray  # int32, -1 when none
-    emit: np.ndarray  # bool
     names: pa.Array  # distinct names of the slice
+    emit: np.ndarray  # per name: some text of that name carried emit_nvtx details
 
 
 def split_names(cut: pa.Array | pa.ChunkedArray) -> Names:
@@ -101,9 +102,11 @@ def split_names(cut: pa.Array | pa.ChunkedArray) -> Names:
     code = np.append(names.indices.to_numpy(zero_copy_only=False), -1).astype(np.int32)
     seq = np.append(pc.fill_null(pc.cast(pc.struct_field(parts, "seq"), pa.int64()), -1)
                     .to_numpy(zero_copy_only=False), -1).astype(np.int32)
-    emit = np.append(pc.or_(marked, has_seq).to_numpy(zero_copy_only=False), False).astype(bool)
+    emit = pc.or_(marked, has_seq).to_numpy(zero_copy_only=False).astype(bool)
+    emit_names = np.zeros(len(names.dictionary), dtype=bool)
+    emit_names[code[:-1][emit]] = True
     rows = np.where(rows >= 0, rows, len(texts))
-    return Names(codes=code[rows], seq=seq[rows], emit=emit[rows], names=names.dictionary)
+    return Names(codes=code[rows], seq=seq[rows], names=names.dictionary, emit=emit_names)
 
 
 class NvtxDetails:

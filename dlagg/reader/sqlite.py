@@ -276,13 +276,12 @@ class _NvtxRead:
         self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns if c.name != "event_type"}
         self.codes = np.empty(span, dtype=np.int32)
         self.seq = np.empty(span, dtype=np.int32)
-        self.emit = np.empty(span, dtype=bool)
         self.keep = np.zeros(span, dtype=bool)  # rows that are ranges (not gaps, not domain rows)
 
-    def read_slice(self, lo: int, hi: int) -> tuple[int, int, pa.Array, dict[int, str]]:
+    def read_slice(self, lo: int, hi: int) -> tuple[int, int, nv.Names, dict[int, str]]:
         """Read rows with lo <= rowid < hi into the columns.
 
-        Returns (offset, rows, distinct names of the slice, NVTX domains created in the slice).
+        Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
         arrow = self.db.arrow(f"{self.sql} AND rowid >= {lo} AND rowid < {hi}")
         offset, n = lo - self.first, arrow.num_rows
@@ -292,7 +291,6 @@ class _NvtxRead:
         names = nv.split_names(arrow.column("text"))
         self.codes[offset:offset + n] = names.codes
         self.seq[offset:offset + n] = names.seq
-        self.emit[offset:offset + n] = names.emit
         is_domain = _as_numpy(arrow.column("event_type"), schema.NVTX.columns[2]) == schema.NVTX_DOMAIN_CREATE
         self.keep[offset:offset + n] = ~is_domain
         domains = {}
@@ -301,34 +299,38 @@ class _NvtxRead:
             texts = nv.valid_utf8(arrow.column("text").take(pa.array(rows))).to_pylist()
             domain_ids = self.out["domain_id"][offset + rows]
             domains = {int(d): t or "" for d, t in zip(domain_ids, texts, strict=True)}
-        return offset, n, names.names, domains
+        return offset, n, names, domains
 
-    def finish(self, results: list[tuple[int, int, pa.Array, dict[int, str]]],
-               base: int) -> tuple[pd.DataFrame, pa.Array, dict[int, str]]:
-        """The NVTX frame (``text_id`` = `base` + name code), the distinct names and the domain names."""
+    def finish(self, results: list[tuple[int, int, nv.Names, dict[int, str]]],
+               base: int) -> tuple[pd.DataFrame, pa.Array, np.ndarray, dict[int, str]]:
+        """The NVTX frame (``text_id`` = `base` + name code), the distinct names, their emit flags
+        and the domain names."""
         domains = {0: ""}
         if not self.slices:
             frame = empty_frame(schema.NVTX).drop(columns="event_type")
-            return (frame.assign(text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32), emit=np.empty(0, bool)),
-                    pa.array([], pa.string()), domains)
-        merged = pc.dictionary_encode(pa.concat_arrays([names for _, _, names, _ in results]))
+            return (frame.assign(text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
+                    pa.array([], pa.string()), np.empty(0, bool), domains)
+        merged = pc.dictionary_encode(pa.concat_arrays([names.names for _, _, names, _ in results]))
         distinct = merged.dictionary
         global_codes = merged.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        emit = np.zeros(len(distinct), dtype=bool)
         id_type = np.int32 if base + len(distinct) < np.iinfo(np.int32).max else np.int64
         text_id = self.codes if id_type is np.int32 else self.codes.astype(np.int64)
         at = 0
         for offset, n, names, created in results:  # slices, not events
-            remap = np.append(global_codes[at:at + len(names)] + base, NO_ID).astype(id_type)
+            codes = global_codes[at:at + len(names.names)]
+            emit[codes[names.emit]] = True
+            remap = np.append(codes + base, NO_ID).astype(id_type)
             local = text_id[offset:offset + n]
-            text_id[offset:offset + n] = remap[np.where(local >= 0, local, len(names))]
-            at += len(names)
+            text_id[offset:offset + n] = remap[np.where(local >= 0, local, len(names.names))]
+            at += len(names.names)
             domains.update(created)
-        columns = {**self.out, "text_id": text_id, "seq": self.seq, "emit": self.emit}
+        columns = {**self.out, "text_id": text_id, "seq": self.seq}
         keep = self.keep
         if not keep.all():  # compact one column at a time: the transient copy is one column
             columns = {name: values[keep] for name, values in columns.items()}
         self.out = {}
-        return pd.DataFrame(columns, copy=False), distinct, domains
+        return pd.DataFrame(columns, copy=False), distinct, emit, domains
 
 
 def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]:
@@ -366,7 +368,7 @@ def load_profile(path: str | Path) -> Profile:
             physical = {name: job.result()[1] for name, job in tables.items()}
             ids, values = string_ids.result()
         base = int(ids[-1]) + 1 if len(ids) else 0
-        frames["nvtx"], names, domains = nvtx.finish(results, base)
+        frames["nvtx"], names, emit, domains = nvtx.finish(results, base)
         physical["nvtx"] = nvtx.physical
         strings = StringTable(pd.Series(
             pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
@@ -389,7 +391,8 @@ def load_profile(path: str | Path) -> Profile:
         end=end,
     )
     details = nv.NvtxDetails(str(path.resolve()), nvtx.physical, nvtx.text)
-    return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_details=details, **frames)
+    nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
+    return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
 
 
 def _results(jobs: list) -> list:  # type: ignore[type-arg]
