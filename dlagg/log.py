@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -36,7 +37,26 @@ class Log:
 
     @contextmanager
     def stage(self, what: str) -> Iterator[None]:
-        """Log `what` with its wall time once it is done (normal verbosity)."""
+        """Log `what` with its wall time once it is done (normal verbosity); memory too at diagnostic."""
         began = time.perf_counter()
         yield
-        self.info(f"{what} ({time.perf_counter() - began:.2f} s)")
+        memory = f", {_rss_mb():,.0f} MB resident, peak {_peak_mb():,.0f} MB" if self.level >= DIAGNOSTIC else ""
+        self.info(f"{what} ({time.perf_counter() - began:.2f} s{memory})")
+
+
+def _rss_mb() -> float:
+    """Resident memory now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _peak_mb() -> float:
+    """Peak resident memory so far (ru_maxrss is in KiB on Linux)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -57,16 +57,15 @@ def writer(name: str) -> Callable[[type], type]:
     return register
 
 
-def atomic_write_text(path: Path, text: str | Iterable[str]) -> None:
-    """Write `text` (or its pieces, in order) to `path` via a temporary file in the same folder
-    and an atomic rename. Pieces let big reports stream out without one huge string in memory."""
+def atomic_write(path: Path, content: str | bytes | Iterable[str | bytes | memoryview]) -> None:
+    """Write `content` (text, bytes, or pieces of either, in order) to `path` via a temporary file
+    in the same folder and an atomic rename. Pieces let big reports stream out without one huge
+    string in memory; text is written as UTF-8."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            if isinstance(text, str):
-                handle.write(text)
-            else:
-                handle.writelines(text)
+        with os.fdopen(fd, "wb") as handle:
+            for piece in [content] if isinstance(content, (str, bytes)) else content:
+                handle.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions

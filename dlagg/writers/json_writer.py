@@ -7,7 +7,7 @@
      "sections": [{"title": ..., "columns": [{"name", "unit", "type"}], "rows": [[...], ...]}]}
 
 Units come from the column names (``(ns)``, ``%``); rows are arrays in column order, missing
-values are ``null``. Rows are serialised by pandas' C encoder, not row by row in Python.
+values are ``null``. Cells are formatted column by column (``cells.py``), never row by row.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..reports.base import Report, Section
-from .base import RunInfo, atomic_write_text, report_path, writer
+from .base import RunInfo, atomic_write, report_path, writer
+from .cells import json_cells, lines
 
 # Rows serialised and written at a time: bounds the writer's memory whatever the table size.
-CHUNK_ROWS = 1 << 16
+CHUNK_ROWS = 1 << 14
 
 FORMAT_VERSION = 1
 
@@ -46,23 +47,28 @@ def _type(column: pd.Series) -> str:
     return "string" if kind in ("string", "empty") else "mixed"
 
 
-def section_chunks(section: Section) -> Iterator[str]:
+def section_chunks(section: Section) -> Iterator[str | memoryview]:
     """The section's JSON object in pieces: head, then rows CHUNK_ROWS at a time."""
     table = section.table
     columns = [{"name": str(c), "unit": _unit(str(c)), "type": _type(table[c])} for c in table.columns]
     head = json.dumps({"title": section.title, "key_value": not section.header, "columns": columns})
     yield head[:-1] + ', "rows": ['
-    for first in range(0, len(table), CHUNK_ROWS):
-        rows = table.iloc[first:first + CHUNK_ROWS].to_json(orient="values", double_precision=15)
-        yield ("," if first else "") + rows[1:-1]  # the rows without the chunk's own brackets
+    if len(table.columns):
+        for first in range(0, len(table), CHUNK_ROWS):
+            chunk = table.iloc[first:first + CHUNK_ROWS]
+            if first:
+                yield ","
+            text = lines([json_cells(chunk[c]) for c in chunk.columns], separator=",", missing="null",
+                         prefix="[", suffix="],")
+            yield memoryview(text)[:-1]  # the last row's comma
     yield "]}"
 
 
 def section_json(section: Section) -> str:
-    return "".join(section_chunks(section))
+    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in section_chunks(section))
 
 
-def report_chunks(report: Report, info: RunInfo) -> Iterator[str]:
+def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
     """The report's JSON document in pieces (see the module docstring for its layout)."""
     head = {
         "format": "dlagg-report",
@@ -91,7 +97,7 @@ def report_chunks(report: Report, info: RunInfo) -> Iterator[str]:
 
 
 def report_json(report: Report, info: RunInfo) -> str:
-    return "".join(report_chunks(report, info))
+    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in report_chunks(report, info))
 
 
 @writer("json")
@@ -107,6 +113,6 @@ class JsonWriter:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "json")
-            atomic_write_text(path, report_chunks(report, info))
+            atomic_write(path, report_chunks(report, info))
             written.append(path)
         return written

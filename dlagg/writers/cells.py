@@ -1,0 +1,138 @@
+"""Report columns as text cells, one column at a time, for the CSV and JSON writers.
+
+Contract: ``csv_cells(column)`` / ``json_cells(column)`` turn a pandas column into an Arrow string
+array with one cell per row (null for a missing value); ``lines(cells, ...)`` joins formatted
+columns into the bytes of one line per row. Everything is vectorised with Arrow compute; Python
+touches each *distinct* string at most once: categorical columns (kernel and op names repeated
+over 100 k rows) are formatted once per category and taken by code, and JSON strings are escaped
+once per distinct value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STRING = pa.large_string()  # row texts of a chunk can pass 2 GiB in a huge report: 64-bit offsets
+
+
+def _text(value: str) -> pa.Scalar:
+    return pa.scalar(value, STRING)
+
+
+def _arrow(column: pd.Series, type_: pa.DataType | None = None) -> pa.Array:
+    array = pa.array(column, from_pandas=True, type=type_)
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _is_text(column: pd.Series) -> bool:
+    return pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty")
+
+
+def _per_category(column: pd.Series, cells: Callable[[pd.Series], pa.Array]) -> pa.Array:
+    """A categorical column's cells: its categories formatted once, then taken by code."""
+    values = column.array
+    formatted = cells(pd.Series(np.asarray(values.categories, dtype=object), dtype=object)).cast(STRING)
+    codes = np.asarray(values.codes)
+    return formatted.take(pa.array(codes, mask=codes < 0))
+
+
+def _per_value(column: pd.Series, cell: Callable[[object], str]) -> pa.Array:
+    """Cell by cell in Python: for float and mixed columns, which only small tables have."""
+    missing = column.isna().to_numpy()
+    texts = [None if m else cell(v) for v, m in zip(column.to_numpy(dtype=object), missing, strict=True)]
+    return pa.array(texts, type=STRING)
+
+
+# --- CSV: DLProf v1.8's cells -------------------------------------------------------------------
+
+
+def csv_value(value: object) -> str:
+    """One value as DLProf writes it: integers bare, floats with one decimal, yes/no, strings quoted."""
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.1f}"
+    text = str(value).replace('"', '""')
+    return f'"{text}"'
+
+
+def csv_cells(column: pd.Series) -> pa.Array:
+    """One column as CSV cell texts (nulls where values are missing)."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _per_category(column, csv_cells)
+    if pd.api.types.is_bool_dtype(dtype):
+        return pc.if_else(_arrow(column, pa.bool_()), _text("yes"), _text("no"))
+    if pd.api.types.is_integer_dtype(dtype):
+        return pc.cast(_arrow(column), STRING)
+    if pd.api.types.is_float_dtype(dtype):  # Python's rounding ("{:.1f}")
+        return _per_value(column, lambda v: f"{float(v):.1f}")  # type: ignore[arg-type]
+    if _is_text(column):
+        text = _arrow(column, STRING)
+        return pc.binary_join_element_wise(_text('"'), pc.replace_substring(text, '"', '""'), _text('"'), _text(""))
+    return _per_value(column, csv_value)  # mixed object column (key/value sections): a few cells
+
+
+# --- JSON ------------------------------------------------------------------------------------------
+
+
+def json_value(value: object) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return "null"
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return json.dumps(float(value))
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def json_cells(column: pd.Series) -> pa.Array:
+    """One column as JSON values (nulls where values are missing)."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _per_category(column, json_cells)
+    if pd.api.types.is_bool_dtype(dtype):
+        return pc.if_else(_arrow(column, pa.bool_()), _text("true"), _text("false"))
+    if pd.api.types.is_integer_dtype(dtype):
+        return pc.cast(_arrow(column), STRING)
+    if pd.api.types.is_float_dtype(dtype):
+        return _per_value(column, json_value)
+    if _is_text(column):  # escaped once per distinct string
+        encoded = pc.dictionary_encode(_arrow(column, STRING))
+        escaped = [json.dumps(v, ensure_ascii=False) for v in encoded.dictionary.to_pylist()]
+        return pa.array(escaped, type=STRING).take(encoded.indices)
+    return _per_value(column, json_value)
+
+
+# --- lines ------------------------------------------------------------------------------------------
+
+
+def lines(cells: Sequence[pa.Array], *, separator: str, missing: str, prefix: str = "",
+          suffix: str = "\n") -> pa.Buffer:
+    """The bytes of ``prefix + cells joined by separator + suffix`` for every row, concatenated.
+
+    The joined rows are one Arrow string array whose data buffer *is* that text: it is handed
+    over without another copy.
+    """
+    columns = [pc.fill_null(c.cast(STRING), _text(missing)) for c in cells]
+    rows = pc.binary_join_element_wise(*columns, _text(separator)) if len(columns) > 1 else columns[0]
+    if prefix or suffix:
+        rows = pc.binary_join_element_wise(_text(prefix), rows, _text(suffix), _text(""))
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks()
+    if len(rows) == 0:
+        return pa.py_buffer(b"")
+    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset:rows.offset + len(rows) + 1]
+    return rows.buffers()[2][int(offsets[0]):int(offsets[-1])]
