@@ -13,6 +13,17 @@ import numpy as np
 import pandas as pd
 
 
+def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categorical:
+    """``texts[codes]`` as a categorical column, ``""`` where a code is -1.
+
+    For text columns that repeat a few values over many rows (kernel and op names): no Python
+    string per row, and the writers format each category once. `texts` may repeat values.
+    """
+    values = np.append(np.asarray(texts, dtype=object), "")  # last slot: code -1
+    distinct, remap = np.unique(values.astype(str), return_inverse=True)
+    return pd.Categorical.from_codes(np.ravel(remap)[np.asarray(codes)], categories=pd.Index(distinct, dtype=object))
+
+
 @dataclass(frozen=True)
 class StringTable:
     """nsys ``StringIds`` plus NVTX inline text, already interned: id -> text.
@@ -38,6 +49,13 @@ class StringTable:
         texts = np.full(len(codes), "", dtype=object)
         texts[known] = self._lookup(uniq)[inverse]
         return pd.Series(texts, index=ids.index, dtype=object)
+
+    def categorical(self, ids: np.ndarray) -> pd.Categorical:
+        """Texts for `ids` as a categorical column (missing ids give an empty string); each distinct
+        id is looked up once."""
+        ids = np.asarray(ids, dtype=np.int64)
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        return categorical(np.ravel(inverse), self._lookup(uniq))
 
     def get(self, string_id: int, default: str = "") -> str:
         pos = self._positions(np.array([string_id], dtype=np.int64))[0]
@@ -106,7 +124,7 @@ class ProfileMeta:
 class NvtxDetails(Protocol):
     """What the NVTX frame leaves out, read on demand for a few ranges (reader/nvtx.py)."""
 
-    def input_shapes(self, rows: np.ndarray) -> np.ndarray:
+    def input_shapes(self, rows: np.ndarray) -> pd.Categorical:
         """emit_nvtx ``sizes = [...]`` text per NVTX row id (``nvtx["row"]``), '' when absent."""
         ...
 

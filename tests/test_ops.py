@@ -116,7 +116,7 @@ def test_op_launching_a_memcpy_and_a_memset(tmp_path: Path) -> None:
     row = by_name(ctx).loc["aten::copy_"]
     assert row["gpu"] == 300 + 50 and row["gpu_idle"] == (500 - 100) - 350
     assert row["kernels"] == 0 and row["kernel_time"] == 0
-    assert set(ctx.work_ops["Op Name"]) == {"aten::copy_"}  # both memory operations carry the op
+    assert set(pd.Series(ctx.op_columns(ctx.work.index)["Op Name"])) == {"aten::copy_"}  # both memory operations carry the op
 
 
 def test_api_calls_nested_in_api_calls_are_counted_once(tmp_path: Path) -> None:
@@ -144,7 +144,8 @@ def test_nested_ranges_innermost_op_and_group_paths(tmp_path: Path) -> None:
     assert ops.loc["aten::linear", "path"] == "/forward/" and ops.loc["aten::linear", "kernels"] == 1
     assert ops.loc["attention", "path"] == "/forward/encoder/" and ops.loc["attention", "kernels"] == 1
     assert ops.loc["aten::linear", "op_type"] == "linear" and ops.loc["aten::linear", "tc_eligible"]
-    kernel_ops = ctx.work_ops.set_index(ctx.profile.strings.decode(ctx.work["name_id"]).to_numpy())["Op Name"]
+    kernel_ops = pd.Series(np.asarray(ctx.op_columns(ctx.work.index)["Op Name"]),
+                           index=ctx.profile.strings.decode(ctx.work["name_id"]).to_numpy())
     assert kernel_ops.to_dict() == {"gemm": "aten::linear", "attn_kernel": "attention", "stray": ""}
     groups = ctx.report("group_node").table.set_index("Name")
     assert list(groups.index) == ["/", "/forward/", "/forward/encoder/"]
@@ -186,7 +187,7 @@ def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
     ctx = context(b, tmp_path)
     assert set(by_name(ctx).index) == {"aten::add"}
     assert any("end on another thread" in w for w in ctx.ops.warnings)
-    assert ctx.work_ops["Op Name"].tolist() == ["", "aten::add"]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == ["", "aten::add"]
 
 
 def test_work_launched_on_another_annotated_thread_is_not_the_ranges(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_work_launched_on_another_annotated_thread_is_not_the_ranges(tmp_path: P
     b.range(2000, 3000, "aten::add, seq = 2, op_id = 2", tid=TID + 3)
     b.launch(100, 110, 200, 300, "k", tid=TID + 3)  # same time, other thread with its own ranges
     ctx = context(b, tmp_path)
-    assert ctx.work_ops["Op Name"].tolist() == [""]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == [""]
     assert by_name(ctx).loc["aten::mm", "gpu"] == 0
 
 
@@ -207,7 +208,7 @@ def test_work_from_an_unannotated_thread_goes_to_the_op_open_in_its_process(tmp_
     b.launch(1100, 1110, 1200, 1300, "late", tid=BWD_TID)  # after it: no op open
     b.launch(100, 110, 200, 300, "other_process", tid=BWD_TID, pid=PID + 1)
     ctx = context(b, tmp_path)
-    assert ctx.work_ops["Op Name"].tolist() == ["backward", "", ""]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == ["backward", "", ""]
     backward = by_name(ctx).loc["backward"]
     assert backward["gpu"] == 100 and backward["api"] == 0 and backward["cpu_overhead"] == 1000
 
@@ -266,7 +267,7 @@ def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tm
     # backward ops run on autograd's thread; they sit under the main thread's `backward` range
     paths = ctx.op_instances.groupby("direction")["path"].agg(set)
     assert paths.to_dict() == {"fprop": {"/forward/", "/backward/"}, "bprop": {"/backward/"}}
-    fprop = ctx.work.index[ctx.work_ops["Direction"].to_numpy() == "fprop"]
+    fprop = ctx.work.index[np.asarray(ctx.op_columns(ctx.work.index)["Direction"]) == "fprop"]
     assert set(ctx.input_shapes(fprop)) == {"[[32, 3], [3, 3]]"}
 
 
@@ -332,7 +333,7 @@ def test_no_ranges_gives_empty_reports_with_a_warning(tmp_path: Path) -> None:
     assert report.table.empty and list(report.table.columns)[:4] == ["Op ID", "Op Name", "Direction", "Op Type"]
     assert any("defines an op" in w for w in report.warnings)
     assert ctx.report("op_type").table.empty and ctx.report("group_node").table.empty
-    assert ctx.work_ops["Op ID"].tolist() == [""]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["Op ID"]).tolist() == [""]
 
 
 # --- building blocks ------------------------------------------------------------------------------

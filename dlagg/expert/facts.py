@@ -186,11 +186,11 @@ class Facts:
 
     def ops_of(self, ops: pd.DataFrame, limit: int = 5) -> str:
         """Ops that launched `ops` (rows of `gpu_ops`), most GPU time first; empty without op ranges."""
-        known_ops = self.ctx.work_ops
-        if not len(known_ops) or not len(ops):
+        if not len(ops) or self.ctx.ops.empty:
             return ""
-        rows = known_ops.loc[ops.index]
-        names = (rows["Op ID"] + " " + rows["Direction"]).str.strip().to_numpy()
+        rows = self.ctx.op_columns(ops.index, ("Op ID", "Direction"))
+        names = np.char.strip((np.asarray(rows["Op ID"], dtype=str).astype(object) + " "
+                               + np.asarray(rows["Direction"], dtype=str).astype(object)).astype(str)).astype(object)
         known = names != ""
         if not known.any():
             return ""

@@ -50,7 +50,7 @@ import pandas as pd
 
 from ..classify import op_tc_eligible
 from ..errors import OptionsError
-from ..model import Iterations, Profile
+from ..model import Iterations, Profile, categorical
 from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
 from ..timeline.iterations import glob_regex
@@ -114,8 +114,9 @@ def _op_id_stem(op_type: str) -> str:
 
 
 def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
-    instances = pd.DataFrame({c: pd.Series(dtype=object if c in ("path", "data_types", "input_shapes", "stack")
-                                           else np.int64) for c in INSTANCE_COLUMNS})
+    text = ("path", "data_types", "input_shapes", "stack")
+    instances = pd.DataFrame({c: pd.Series(categorical(np.empty(0, np.int64), [])) if c in text
+                              else pd.Series(dtype=bool if c == "emit" else np.int64) for c in INSTANCE_COLUMNS})
     ops = pd.DataFrame({"op_id": pd.Series(dtype=object), "op_name": pd.Series(dtype=object),
                         "direction": pd.Series(dtype=object), "op_type": pd.Series(dtype=object),
                         "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64)})
@@ -370,12 +371,6 @@ def _path_texts(h: pd.DataFrame, paths: list[str], op_names: OpNames) -> tuple[n
         code[trace] = len(texts) + np.ravel(inverse)
         texts = np.concatenate((texts, np.array(extra, dtype=object)))
     return code, texts
-
-
-def categorical(codes: np.ndarray, texts: np.ndarray) -> pd.Categorical:
-    """``texts[codes]`` as a categorical column (`texts` may repeat; no Python string per row)."""
-    distinct, remap = np.unique(np.asarray(texts, dtype=object).astype(str), return_inverse=True)
-    return pd.Categorical.from_codes(np.ravel(remap)[codes], categories=pd.Index(distinct, dtype=object))
 
 
 def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_at: np.ndarray,

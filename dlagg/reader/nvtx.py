@@ -26,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..model import categorical
 from . import schema
 
 # The markers emit_nvtx puts after "name[, seq = N]"; both are 10 characters long.
@@ -117,12 +119,11 @@ class NvtxDetails:
         self.table = table
         self.text = text  # SQL expression of a range's whole text
 
-    def input_shapes(self, rows: np.ndarray) -> np.ndarray:
+    def input_shapes(self, rows: np.ndarray) -> pd.Categorical:
         """emit_nvtx's ``sizes = [...]`` text of each NVTX row id ('' when it has none)."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = np.full(len(rows), "", dtype=object)
         if self.table is None or len(rows) == 0:
-            return out
+            return categorical(np.full(len(rows), -1), [])
         from .sqlite import Database
 
         wanted = np.unique(rows)
@@ -137,29 +138,19 @@ class NvtxDetails:
                     f"WHERE rowid IN ({ids}) AND {sizes} > 0"))
         finally:
             db.close()
-        found = pa.concat_tables(pieces) if pieces else None
-        if found is None or found.num_rows == 0:
-            return out
+        found = pa.concat_tables(pieces)
+        if found.num_rows == 0:
+            return categorical(np.full(len(rows), -1), [])
         keys = found.column("row").to_numpy().astype(np.int64, copy=False)
         # the list of input shapes ends where emit_nvtx's input_op_ids begin
         text = pc.replace_substring_regex(valid_utf8(found.column("sizes")), _INPUT_OP_IDS_TAIL, "")
-        codes, values = _encode(text)
+        encoded = pc.dictionary_encode(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         order = np.argsort(keys, kind="stable")
         keys, codes = keys[order], codes[order]
         pos = np.minimum(np.searchsorted(keys, rows), len(keys) - 1)
-        hit = keys[pos] == rows
-        out[hit] = values[codes[pos[hit]]]
-        return out
-
-
-def _encode(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """Dictionary codes and distinct values (one Python string per distinct value, not per row)."""
-    encoded = pc.dictionary_encode(values)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    codes = pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
-    distinct = np.array([v or "" for v in encoded.dictionary.to_pylist()] + [""], dtype=object)
-    return codes.astype(np.int64), distinct
+        codes = np.where(keys[pos] == rows, codes[pos], -1)
+        return categorical(codes, np.array(encoded.dictionary.to_pylist(), dtype=object))
 
 
 # Ranges, and the domain-creation rows that name the NVTX domains (a few, read in the same pass:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
-from ..model import Iterations, Profile
+from ..model import Iterations, Profile, categorical
 from ..options import Options
 
 if TYPE_CHECKING:
@@ -82,6 +82,11 @@ def report(
         return fn
 
     return register
+
+
+# Op text columns of a report -> op table column (one value per op) or instance column.
+OP_TEXT = {"Op ID": "op_id", "Op Name": "op_name", "Direction": "direction", "Op Type": "op_type",
+           "Data Types": "data_types"}
 
 
 class ReportContext:
@@ -152,27 +157,26 @@ class ReportContext:
         inst = inst[self.iterations.in_selection(inst["iteration"].to_numpy())]
         return inst.join(ops.ops, on="key")
 
-    @cached_property
-    def work_ops(self) -> pd.DataFrame:
-        """Op columns for each row of `work` (index-aligned); empty strings where no op is known.
-
-        Columns: Op ID, Op Name, Direction, Op Type, Data Types (input shapes: `input_shapes`).
-        """
+    def op_columns(self, work_index: pd.Index, columns: Iterable[str] = OP_TEXT) -> dict[str, pd.Categorical]:
+        """Op ID, Op Name, Direction, Op Type, Data Types of the op that launched each of these `work`
+        rows, as categorical columns ('' where no op is known)."""
         ops = self.ops
-        instance = ops.work_instance
+        instance = ops.work_instance[self.work.index.get_indexer(work_index)]
         has = instance >= 0
         key = np.full(len(instance), -1, dtype=np.int64)
         key[has] = ops.instances["key"].to_numpy()[instance[has]]
-        columns = {}
-        for column, source, by in (("Op ID", "op_id", key), ("Op Name", "op_name", key),
-                                   ("Direction", "direction", key), ("Op Type", "op_type", key),
-                                   ("Data Types", "data_types", instance)):
-            table = ops.ops if source in ops.ops else ops.instances
-            values = np.append(table[source].to_numpy(dtype=object), "")  # last slot: "no op"
-            columns[column] = values[np.where(by >= 0, by, len(values) - 1)]
-        return pd.DataFrame(columns, index=self.work.index)
+        out = {}
+        for column in columns:
+            source = OP_TEXT[column]
+            if source in ops.ops:  # one value per op
+                out[column] = categorical(key, ops.ops[source].to_numpy(dtype=object))
+            else:  # per instance: already categorical
+                values = ops.instances[source].array
+                codes = np.append(np.asarray(values.codes), -1)[instance]  # instance -1: no op
+                out[column] = categorical(codes, np.asarray(values.categories, dtype=object))
+        return out
 
-    def input_shapes(self, work_index: pd.Index) -> np.ndarray:
+    def input_shapes(self, work_index: pd.Index) -> pd.Categorical:
         """Input shapes of the op instance that launched each of these `work` rows ('' when unknown).
 
         Dict markers carry them in the op's marker; emit_nvtx ranges in their text, which is read
@@ -180,15 +184,19 @@ class ReportContext:
         """
         ops = self.ops
         instance = ops.work_instance[self.work.index.get_indexer(work_index)]
-        shapes = np.append(ops.instances["input_shapes"].to_numpy(dtype=object), "")  # last slot: "no op"
+        own = ops.instances["input_shapes"].array  # categorical, from dict markers
+        codes = np.append(np.asarray(own.codes), -1)  # per instance; last slot: no op
+        texts = np.asarray(own.categories, dtype=object)
         wanted = np.unique(instance[instance >= 0])
         wanted = wanted[ops.instances["emit"].to_numpy()[wanted]]
         if len(wanted) and self.profile.nvtx_details is not None:
-            shapes[wanted] = self.profile.nvtx_details.input_shapes(ops.instances["nvtx_row"].to_numpy()[wanted])
-        return shapes[np.where(instance >= 0, instance, len(shapes) - 1)]
+            read = self.profile.nvtx_details.input_shapes(ops.instances["nvtx_row"].to_numpy()[wanted])
+            codes[wanted] = len(texts) + np.asarray(read.codes)
+            texts = np.concatenate((texts, np.asarray(read.categories, dtype=object)))
+        return categorical(codes[instance], texts)
 
 
-OP_COLUMNS = ("Op ID", "Op Name", "Direction", "Op Type", "Data Types")
+
 
 
 def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, unit: str = "(ns)") -> pd.DataFrame:
@@ -202,5 +210,7 @@ def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, un
     })
 
 
-def yes_no(values: np.ndarray | pd.Series) -> np.ndarray:
-    return np.where(np.asarray(values, dtype=bool), "yes", "no")
+def yes_no(values: np.ndarray | pd.Series) -> pd.Categorical:
+    """DLProf's yes/no cells (a two-category column)."""
+    return pd.Categorical.from_codes(np.asarray(values, dtype=bool).astype(np.int8),
+                                     categories=pd.Index(["no", "yes"], dtype=object))

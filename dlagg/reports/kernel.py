@@ -16,7 +16,7 @@ def build(ctx: ReportContext) -> Report:
     """Per-kernel GPU and launch-API time (total/avg/min/max) and calls, over the aggregated iterations."""
     work = ctx.selected_work
     kernels = work[work["kind"].to_numpy() == KERNEL]
-    ops = ctx.work_ops.loc[kernels.index, ["Op ID", "Op Name", "Direction"]]
+    ops = pd.DataFrame(ctx.op_columns(kernels.index, ("Op ID", "Op Name", "Direction")), index=kernels.index)
     has_api = kernels["api_start"].to_numpy() >= 0
     frame = pd.DataFrame({
         "name_id": kernels["name_id"].to_numpy(),

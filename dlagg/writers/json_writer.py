@@ -37,6 +37,8 @@ def _unit(name: str) -> str | None:
 
 
 def _type(column: pd.Series) -> str:
+    if isinstance(column.dtype, pd.CategoricalDtype):  # the type of its values
+        return _type(pd.Series(column.cat.categories, dtype=object))
     if pd.api.types.is_bool_dtype(column.dtype):
         return "boolean"
     if pd.api.types.is_integer_dtype(column.dtype):
