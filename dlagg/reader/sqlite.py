@@ -325,12 +325,35 @@ class _NvtxRead:
             text_id[offset:offset + n] = remap[np.where(local >= 0, local, len(names.names))]
             at += len(names.names)
             domains.update(created)
-        columns = {**self.out, "text_id": text_id, "seq": self.seq}
-        keep = self.keep
-        if not keep.all():  # compact one column at a time: the transient copy is one column
-            columns = {name: values[keep] for name, values in columns.items()}
+        columns = _compact({**self.out, "text_id": text_id, "seq": self.seq}, self.keep)
         self.out = {}
         return pd.DataFrame(columns, copy=False), distinct, emit, domains
+
+
+# Rows to drop (domain rows, row-id gaps) up to which the NVTX columns are compacted in place by
+# block moves; beyond it, by one boolean selection per column.
+FEW_GAPS = 10_000
+
+
+def _compact(columns: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of `columns` where `keep`, without a second copy of the table when few rows go."""
+    drop = np.flatnonzero(~keep)
+    if len(drop) == 0:
+        return columns
+    if len(drop) > FEW_GAPS:  # one column at a time: the transient copy is one column
+        return {name: values[keep] for name, values in columns.items()}
+    # runs of kept rows, moved down over the dropped ones (a few block moves per column)
+    starts = np.r_[0, drop + 1]
+    ends = np.r_[drop, len(keep)]
+    runs = [(int(a), int(b)) for a, b in zip(starts, ends, strict=True) if b > a]
+    total = sum(b - a for a, b in runs)
+    for values in columns.values():
+        at = 0
+        for a, b in runs:  # runs between dropped rows, not events
+            if at != a:
+                values[at:at + b - a] = values[a:b]
+            at += b - a
+    return {name: values[:total] for name, values in columns.items()}
 
 
 def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]:
