@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,7 +162,16 @@ def run(options: Options, log: Log | None = None) -> Result:
     )
     written: list[Path] = []
     if reports:
-        for fmt in _writers(options):
+        formats = _writers(options)
+
+        def write(fmt: str) -> list[Path]:
             with log.stage(f"wrote {fmt}"):
-                written.extend(WRITERS[fmt].write(reports, _out_dir(options, fmt), info))
+                return WRITERS[fmt].write(reports, _out_dir(options, fmt), info)
+
+        # Writers only read the reports, and spend most of their time in Arrow compute and file
+        # writes, which release the GIL: they run side by side.
+        with ThreadPoolExecutor(max_workers=len(formats)) as pool:
+            jobs = [pool.submit(write, fmt) for fmt in formats]
+        for job in jobs:  # in format order; the first failure is raised
+            written.extend(job.result())
     return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))

@@ -31,25 +31,49 @@ KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
 
 
 def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
-    """For each row of `gpu` (correlation_id, global_pid), its launching runtime/driver API row."""
-    corr = gpu["correlation_id"].to_numpy()
-    candidates = runtime[np.isin(runtime["correlation_id"].to_numpy(), corr[corr != NO_ID])]
-    api = pd.DataFrame({
-        "correlation_id": candidates["correlation_id"].to_numpy(),
-        "global_pid": candidates["global_tid"].to_numpy() & PID_MASK,
-        "api_start": candidates["start"].to_numpy(),
-        "api_end": candidates["end"].to_numpy(),
-        "api_tid": candidates["global_tid"].to_numpy(),
-        "api_name_id": candidates["name_id"].to_numpy(),
-    })
-    # One launching call per (process, correlation id): the outermost (earliest) one.
-    api = api.sort_values("api_start", kind="stable").drop_duplicates(["global_pid", "correlation_id"])
-    joined = gpu[["correlation_id", "global_pid"]].merge(api, how="left", on=["correlation_id", "global_pid"], sort=False)
+    """For each row of `gpu` (correlation_id, global_pid), its launching runtime/driver API row.
+
+    One launching call per (process, correlation id): the outermost (earliest) one. The join is a
+    binary search on one integer key per row (process code and correlation id packed together),
+    not a hash join: 2.5 M API rows and 1 M kernels per 1.6 GB of export.
+    """
+    corr_g = gpu["correlation_id"].to_numpy()
+    pid_g = gpu["global_pid"].to_numpy()
+    corr_r = runtime["correlation_id"].to_numpy()
+    tid_r = runtime["global_tid"].to_numpy()
+    start_r = runtime["start"].to_numpy()
+    found = np.full(len(gpu), -1, dtype=np.int64)  # row of `runtime` per row of `gpu`
+    usable = corr_r != NO_ID
+    if len(gpu) and usable.any():
+        pid_r = tid_r & PID_MASK
+        pids = np.unique(np.concatenate((pd.unique(pid_g), pd.unique(pid_r))))  # a few processes
+        span = int(max(corr_g.max(), corr_r.max())) + 1
+        if span > np.iinfo(np.int64).max // (len(pids) + 1):  # CUPTI's ids are 32-bit: never seen
+            dense = np.unique(np.concatenate((corr_g, corr_r)), return_inverse=True)[1]
+            corr_g, corr_r, span = dense[:len(corr_g)], dense[len(corr_g):], len(dense)
+        key_r = np.searchsorted(pids, pid_r) * span + corr_r
+        key_g = np.searchsorted(pids, pid_g) * span + corr_g
+        rows = np.flatnonzero(usable)
+        # by key, then by start: the first row of each key is its outermost call
+        by_start = rows if (np.diff(start_r[rows]) >= 0).all() else rows[np.argsort(start_r[rows], kind="stable")]
+        ordered = by_start[np.argsort(key_r[by_start], kind="stable")]
+        keys = key_r[ordered]
+        first = np.r_[True, keys[1:] != keys[:-1]]
+        keys, ordered = keys[first], ordered[first]
+        pos = np.minimum(np.searchsorted(keys, key_g), len(keys) - 1)
+        hit = (keys[pos] == key_g) & (corr_g != NO_ID)
+        found[hit] = ordered[pos[hit]]
+    has = found >= 0
+    row = np.where(has, found, 0)
+
+    def column(values: np.ndarray, missing: int) -> np.ndarray:
+        return np.where(has, values[row], missing).astype(np.int64) if len(values) else np.full(len(gpu), missing)
+
     return pd.DataFrame({
-        "api_start": joined["api_start"].fillna(NO_ID).to_numpy(dtype=np.int64),
-        "api_end": joined["api_end"].fillna(NO_ID).to_numpy(dtype=np.int64),
-        "api_tid": joined["api_tid"].fillna(0).to_numpy(dtype=np.int64),
-        "api_name_id": joined["api_name_id"].fillna(NO_ID).to_numpy(dtype=np.int64),
+        "api_start": column(start_r, NO_ID),
+        "api_end": column(runtime["end"].to_numpy(), NO_ID),
+        "api_tid": column(tid_r, 0),
+        "api_name_id": column(runtime["name_id"].to_numpy(), NO_ID),
     })
 
 
