@@ -44,6 +44,7 @@ def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     start_r = runtime["start"].to_numpy()
     found = np.full(len(gpu), -1, dtype=np.int64)  # row of `runtime` per row of `gpu`
     usable = corr_r != NO_ID
+    launched = corr_g != NO_ID
     if len(gpu) and usable.any():
         pid_r = tid_r & PID_MASK
         pids = np.unique(np.concatenate((pd.unique(pid_g), pd.unique(pid_r))))  # a few processes
@@ -61,7 +62,7 @@ def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         first = np.r_[True, keys[1:] != keys[:-1]]
         keys, ordered = keys[first], ordered[first]
         pos = np.minimum(np.searchsorted(keys, key_g), len(keys) - 1)
-        hit = (keys[pos] == key_g) & (corr_g != NO_ID)
+        hit = (keys[pos] == key_g) & launched
         found[hit] = ordered[pos[hit]]
     has = found >= 0
     row = np.where(has, found, 0)
