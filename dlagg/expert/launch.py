@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..reader.schema import PID_MASK
 from ..timeline import intervals
+from ..timeline.correlate import contains, packed_keys
 from .base import Finding, detector, iteration_list, ms, pct, rate, require
 from .facts import Facts
 
@@ -92,8 +93,9 @@ def blocking_calls(facts: Facts) -> pd.DataFrame:
     sync = facts.profile.sync
     waits = sync[np.isin(sync["sync_type"].to_numpy(), HOST_BLOCKING_SYNC_TYPES)]
     pid = runtime["global_tid"].to_numpy() & PID_MASK
-    keys = pd.MultiIndex.from_arrays([waits["correlation_id"].to_numpy(), waits["global_pid"].to_numpy()])
-    waited = pd.MultiIndex.from_arrays([runtime["correlation_id"].to_numpy(), pid]).isin(keys)
+    wait_keys, call_keys = packed_keys(waits["global_pid"].to_numpy(), waits["correlation_id"].to_numpy(),
+                                       pid, runtime["correlation_id"].to_numpy())
+    waited = contains(np.unique(wait_keys), call_keys)
     blocking |= waited & ~np.isin(runtime["name_id"].to_numpy(), facts.runtime_ids_matching(GPU_SIDE_WAIT))
     launchers = np.unique(facts.ctx.work["api_tid"].to_numpy())
     blocking &= np.isin(runtime["global_tid"].to_numpy(), launchers)

@@ -30,6 +30,25 @@ KERNEL, MEMCPY, MEMSET = 0, 1, 2
 KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
 
 
+def packed_keys(pid_a: np.ndarray, corr_a: np.ndarray, pid_b: np.ndarray,
+                corr_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(process, correlation id) pairs of two tables as single int64 keys, comparable across both."""
+    pids = np.unique(np.concatenate((pd.unique(pid_a), pd.unique(pid_b))))  # a few processes
+    span = int(max(corr_a.max(initial=0), corr_b.max(initial=0))) + 1
+    if span > np.iinfo(np.int64).max // (len(pids) + 1):  # CUPTI's ids are 32-bit: never seen
+        dense = np.unique(np.concatenate((corr_a, corr_b)), return_inverse=True)[1]
+        corr_a, corr_b, span = dense[:len(corr_a)], dense[len(corr_a):], len(dense)
+    return np.searchsorted(pids, pid_a) * span + corr_a, np.searchsorted(pids, pid_b) * span + corr_b
+
+
+def contains(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Mask of `keys` present in `sorted_keys` (binary search; np.isin sorts both arrays)."""
+    if len(sorted_keys) == 0:
+        return np.zeros(len(keys), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[pos] == keys
+
+
 def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     """For each row of `gpu` (correlation_id, global_pid), its launching runtime/driver API row.
 
@@ -46,14 +65,7 @@ def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
     usable = corr_r != NO_ID
     launched = corr_g != NO_ID
     if len(gpu) and usable.any():
-        pid_r = tid_r & PID_MASK
-        pids = np.unique(np.concatenate((pd.unique(pid_g), pd.unique(pid_r))))  # a few processes
-        span = int(max(corr_g.max(), corr_r.max())) + 1
-        if span > np.iinfo(np.int64).max // (len(pids) + 1):  # CUPTI's ids are 32-bit: never seen
-            dense = np.unique(np.concatenate((corr_g, corr_r)), return_inverse=True)[1]
-            corr_g, corr_r, span = dense[:len(corr_g)], dense[len(corr_g):], len(dense)
-        key_r = np.searchsorted(pids, pid_r) * span + corr_r
-        key_g = np.searchsorted(pids, pid_g) * span + corr_g
+        key_r, key_g = packed_keys(tid_r & PID_MASK, corr_r, pid_g, corr_g)
         rows = np.flatnonzero(usable)
         # by key, then by start: the first row of each key is its outermost call
         by_start = rows if (np.diff(start_r[rows]) >= 0).all() else rows[np.argsort(start_r[rows], kind="stable")]

@@ -13,11 +13,14 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
     if len(starts) == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
+    if not (starts[1:] >= starts[:-1]).all():  # event tables come by start: often nothing to sort
+        # stable sort is timsort here: runs already in order (merged sets, per-thread rows) cost O(n)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
     reach = np.maximum.accumulate(ends)
     # A new block begins where an interval starts after everything before it has ended.
     new_block = np.empty(len(starts), dtype=bool)
@@ -73,9 +76,8 @@ def partition(classes: list[tuple[np.ndarray, np.ndarray]], win_starts: np.ndarr
     acc_e = np.empty(0, dtype=np.int64)
     covered = np.zeros(len(win_starts), dtype=np.int64)
     for k, (s, e) in enumerate(classes):
-        acc_s = np.concatenate((acc_s, np.asarray(s, dtype=np.int64)))
-        acc_e = np.concatenate((acc_e, np.asarray(e, dtype=np.int64)))
-        acc_s, acc_e = merge(acc_s, acc_e)
+        s, e = merge(s, e)  # the class alone first: the union of the classes before is two sorted runs
+        acc_s, acc_e = merge(np.concatenate((acc_s, s)), np.concatenate((acc_e, e)))
         now = overlap_per_window(acc_s, acc_e, win_starts, win_ends)
         out[k] = now - covered
         covered = now
