@@ -124,9 +124,21 @@ def options_from(args: argparse.Namespace) -> Options:
     )
 
 
+def tune_process() -> None:
+    """Process-wide allocator choice, made by the command-line tool (a library must leave it alone).
+
+    pyarrow's default pool (mimalloc) keeps the pages it frees for itself: the system allocator
+    gave a peak 60-150 MB lower on transformer_amp_large and a faster read (docs/design.md).
+    """
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from(args)
+    tune_process()
     log = Log(options.level)
     try:
         result = run(options, log)

@@ -13,6 +13,23 @@ import numpy as np
 import pandas as pd
 
 
+def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct ids, position of each id among them), like ``np.unique(return_inverse=True)``
+    but in O(n) through a mark table when the ids span a small range (string ids, row numbers)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) == 0:
+        return ids, np.zeros(0, dtype=np.int64)
+    low, high = int(ids.min()), int(ids.max())
+    if high - low > 4 * len(ids) + 1_000_000:  # sparse: a sort is cheaper than the table
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        return uniq, np.ravel(inverse)
+    seen = np.zeros(high - low + 1, dtype=bool)
+    seen[ids - low] = True
+    uniq = np.flatnonzero(seen)
+    position = np.cumsum(seen) - 1
+    return uniq + low, position[ids - low]
+
+
 def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categorical:
     """``texts[codes]`` as a categorical column, ``""`` where a code is -1.
 
@@ -53,9 +70,8 @@ class StringTable:
     def categorical(self, ids: np.ndarray) -> pd.Categorical:
         """Texts for `ids` as a categorical column (missing ids give an empty string); each distinct
         id is looked up once."""
-        ids = np.asarray(ids, dtype=np.int64)
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        return categorical(np.ravel(inverse), self._lookup(uniq))
+        uniq, inverse = factorize_ids(ids)
+        return categorical(inverse, self._lookup(uniq))
 
     def get(self, string_id: int, default: str = "") -> str:
         pos = self._positions(np.array([string_id], dtype=np.int64))[0]

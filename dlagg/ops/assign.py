@@ -82,7 +82,10 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups
     if not keep.any():
         return out
     g, s, e = group[keep], start[keep], end[keep]
-    order = np.lexsort((s, g))
+    if (s[1:] >= s[:-1]).all():  # rows by start (event tables are): group order is nearly sorted too
+        order = np.argsort(g, kind="stable")
+    else:
+        order = np.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
     reach = pd.Series(e).groupby(g).cummax().to_numpy()
     first = np.r_[True, g[1:] != g[:-1]]
@@ -389,11 +392,9 @@ def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_a
                   & (h["direction"].to_numpy()[instance] == DIRECTIONS.index(mk.FPROP)))
     if not is_node.any() or not is_forward.any():
         return linked
-    pid = forest.tid & PID_MASK
-
     def frame(mask: np.ndarray, label: str) -> pd.DataFrame:
         rows = candidate[mask]
-        return pd.DataFrame({"pid": pid[rows], "seq": seq[rows], "start": forest.start[rows],
+        return pd.DataFrame({"pid": forest.tid[rows] & PID_MASK, "seq": seq[rows], "start": forest.start[rows],
                              label: instance[mask]}).sort_values("start", kind="stable")
 
     matched = pd.merge_asof(frame(is_node, "instance"), frame(is_forward, "forward"), on="start",

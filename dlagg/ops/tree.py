@@ -22,29 +22,30 @@ import numpy as np
 import pandas as pd
 
 
-def _thread_slices(tids: np.ndarray) -> list[tuple[int, int, int]]:
-    """(tid, begin, end) of each run of equal values in sorted `tids`."""
-    if len(tids) == 0:
-        return []
-    cuts = np.flatnonzero(np.diff(tids)) + 1
-    begins = np.r_[0, cuts]
-    ends = np.r_[cuts, len(tids)]
-    return [(int(tids[b]), int(b), int(e)) for b, e in zip(begins, ends, strict=True)]
-
-
 def _small(codes: np.ndarray) -> np.ndarray:
     """Codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
     return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
 
 
-def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Order by (thread, start, longest first); threads in order of appearance."""
-    if len(start) > 1 and (np.diff(start) > 0).all():  # nsys writes NVTX rows by start: one radix pass
-        by_start = np.arange(len(start))
+def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """Order by (thread, start, longest first), threads in order of appearance; and each thread's
+    (tid, begin, end) slice of that order."""
+    n = len(start)
+    if n > 1 and (start[1:] > start[:-1]).all():  # nsys writes NVTX rows by start: nothing to sort
+        by_start = np.arange(n)
+        tid_by_start = tid
     else:
         by_start = np.lexsort((-end, start))
-    threads = pd.factorize(tid[by_start])[0]
-    return by_start[np.argsort(_small(threads), kind="stable")]
+        tid_by_start = tid[by_start]
+    if n == 0:
+        return by_start, []
+    if (tid_by_start == tid_by_start[0]).all():  # one thread
+        return by_start, [(int(tid_by_start[0]), 0, n)]
+    threads, distinct = pd.factorize(tid_by_start)  # in order of appearance
+    counts = np.bincount(threads, minlength=len(distinct))
+    bounds = np.r_[0, np.cumsum(counts)]
+    slices = [(int(t), int(lo), int(hi)) for t, lo, hi in zip(distinct, bounds[:-1], bounds[1:], strict=True)]
+    return by_start[np.argsort(_small(threads), kind="stable")], slices
 
 
 def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -52,8 +53,7 @@ def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
     if len(depth) == 0:
         return ()
     by_depth = np.argsort(_small(depth), kind="stable")
-    cuts = np.searchsorted(depth[by_depth], np.arange(1, int(depth.max()) + 1))
-    return tuple(np.split(by_depth, cuts))
+    return tuple(np.split(by_depth, np.cumsum(np.bincount(depth))[:-1]))
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,18 @@ class Forest:
     parent: np.ndarray  # index into the sorted arrays, -1 for a top-level range
     depth: np.ndarray  # 0 for a top-level range
     levels: tuple[np.ndarray, ...]  # sorted-range indices by depth, top level first (top-down passes)
+    threads: tuple[tuple[int, int, int], ...]  # (tid, begin, end) of each thread's ranges
 
     @classmethod
     def build(cls, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Forest:
         tid = np.asarray(tid, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
-        order = _order(tid, start, end)
-        tid, start, end = tid[order], start[order], end[order]
+        order, threads = _order(tid, start, end)
+        if len(threads) != 1 or not (len(order) and order[-1] == len(order) - 1):  # not already in order
+            tid, start, end = tid[order], start[order], end[order]
         depth = np.zeros(len(tid), dtype=np.int64)
-        for _, lo, hi in _thread_slices(tid):  # threads, not events
+        for _, lo, hi in threads:  # threads, not events
             # ends are nearly in order already (nsys writes a range when it ends): timsort is fast
             closed = np.searchsorted(np.sort(end[lo:hi], kind="stable"), start[lo:hi], side="right")
             depth[lo:hi] = np.maximum(np.arange(hi - lo) - closed, 0)
@@ -87,12 +89,11 @@ class Forest:
         # Crossing (not nested) ranges and matches across a thread boundary get no parent. A parent
         # comes earlier in (tid, start) order, so it has started no later than its child when both
         # are of the child's thread, i.e. when it is not before the child's thread's first range.
-        thread_first = np.zeros(len(tid), dtype=np.int64)
-        for _, lo, hi in _thread_slices(tid):  # threads, not events
-            thread_first[lo:hi] = lo
-        bad = (parent < thread_first) | (np.append(end, 0)[parent] < end)
-        parent[bad & (parent >= 0)] = -1
-        return cls(order, tid, start, end, parent, depth, levels)
+        bad = np.take(end, parent, mode="clip") < end
+        for _, lo, hi in threads:  # threads, not events
+            bad[lo:hi] |= parent[lo:hi] < lo
+        parent[bad] = -1
+        return cls(order, tid, start, end, parent, depth, levels, tuple(threads))
 
     def __len__(self) -> int:
         return len(self.tid)
@@ -105,20 +106,27 @@ class Forest:
         found = np.full(len(tid), -1, dtype=np.int64)
         if len(self.tid) == 0 or len(tid) == 0:
             return found
-        slices = {t: (lo, hi) for t, lo, hi in _thread_slices(self.tid)}
-        q_order = np.argsort(tid, kind="stable")
-        for t, qlo, qhi in _thread_slices(tid[q_order]):  # threads, not events
-            if t not in slices:
+        # queries grouped by forest thread (a stable radix sort on small codes keeps them in their
+        # own order, usually by start, which keeps the binary searches below cache-friendly)
+        own = np.array([t for t, _, _ in self.threads], dtype=np.int64)
+        by_tid = np.argsort(own, kind="stable")
+        pos = np.minimum(np.searchsorted(own[by_tid], tid), len(own) - 1)
+        code = np.where(own[by_tid][pos] == tid, by_tid[pos], len(own))  # len(own): a thread without ranges
+        q_order = np.argsort(_small(code), kind="stable")
+        bounds = np.r_[0, np.cumsum(np.bincount(code, minlength=len(own) + 1))]
+        for k, (_, lo, hi) in enumerate(self.threads):  # threads, not events
+            qlo, qhi = int(bounds[k]), int(bounds[k + 1])
+            if qhi == qlo:
                 continue
-            lo, hi = slices[t]
             rows = q_order[qlo:qhi]
             cand = np.searchsorted(self.start[lo:hi], start[rows], side="right") - 1 + lo
             cand[cand < lo] = -1
             # walk up while the candidate ended before the call did (at most the nesting depth)
-            todo = np.flatnonzero((cand >= 0) & (self.end[np.maximum(cand, 0)] < end[rows]))
+            call_end = end[rows]
+            todo = np.flatnonzero((cand >= 0) & (self.end[np.maximum(cand, 0)] < call_end))
             while len(todo):
                 cand[todo] = self.parent[cand[todo]]
-                todo = todo[(cand[todo] >= 0) & (self.end[np.maximum(cand[todo], 0)] < end[rows][todo])]
+                todo = todo[(cand[todo] >= 0) & (self.end[np.maximum(cand[todo], 0)] < call_end[todo])]
             found[rows] = cand
         return found
 

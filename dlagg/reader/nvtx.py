@@ -22,6 +22,7 @@ of text outlives its parsing.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..model import categorical
+from ..model import categorical, factorize_ids
 from . import schema
 
 # The markers emit_nvtx puts after "name[, seq = N]"; both are 10 characters long.
@@ -124,18 +125,21 @@ class NvtxDetails:
         rows = np.asarray(rows, dtype=np.int64)
         if self.table is None or len(rows) == 0:
             return categorical(np.full(len(rows), -1), [])
-        from .sqlite import Database
+        from .sqlite import READ_THREADS, Database
 
-        wanted = np.unique(rows)
+        wanted = factorize_ids(rows)[0]
         sizes = f"instr({self.text}, '{CUT_MARKERS[1]}')"
+
+        def read(lo: int) -> pa.Table:
+            ids = ",".join(map(str, wanted[lo:lo + SHAPES_PER_QUERY].tolist()))  # integers we made, not input
+            return db.arrow(f'SELECT rowid AS row, substr({self.text}, {sizes} + {CUT_LENGTH}) AS sizes '
+                            f'FROM "{self.table}" WHERE rowid IN ({ids}) AND {sizes} > 0')
+
+        # a B-tree seek and a long text per row: worth the reader's threads on big exports
         db = Database(Path(self.path))
         try:
-            pieces = []
-            for lo in range(0, len(wanted), SHAPES_PER_QUERY):
-                ids = ",".join(map(str, wanted[lo:lo + SHAPES_PER_QUERY].tolist()))  # integers we made, not input
-                pieces.append(db.arrow(
-                    f'SELECT rowid AS row, substr({self.text}, {sizes} + {CUT_LENGTH}) AS sizes FROM "{self.table}" '
-                    f"WHERE rowid IN ({ids}) AND {sizes} > 0"))
+            with ThreadPoolExecutor(READ_THREADS) as pool:
+                pieces = list(pool.map(read, range(0, len(wanted), SHAPES_PER_QUERY)))
         finally:
             db.close()
         found = pa.concat_tables(pieces)

@@ -38,9 +38,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # contiguous and numeric ones become numpy arrays with no copy (the default of 1024-row batches
 # costs a concatenation per column and fragments the heap). The driver's maximum is 2**31 - 2.
 ONE_BATCH_ROWS = 2**30
-# NVTX rows per slice: big enough that per-query costs vanish, small enough that a slice's
-# Arrow batch (about 60 MB) is a small share of the memory budget.
-NVTX_SLICE_ROWS = 1_000_000
+# NVTX rows per slice: big enough that per-query costs vanish (a slice is a row-id range: SQLite
+# seeks to it), small enough that the slices being parsed (about 16 MB of Arrow data each) stay a
+# small share of the memory budget.
+NVTX_SLICE_ROWS = 1 << 18
 # Worker threads for the reads; more than the cores only adds memory.
 READ_THREADS = max(1, min(4, os.cpu_count() or 1))
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"

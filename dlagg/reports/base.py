@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
-from ..model import Iterations, Profile, categorical
+from ..model import Iterations, Profile, categorical, factorize_ids
 from ..options import Options
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class ReportContext:
         own = ops.instances["input_shapes"].array  # categorical, from dict markers
         codes = np.append(np.asarray(own.codes), -1)  # per instance; last slot: no op
         texts = np.asarray(own.categories, dtype=object)
-        wanted = np.unique(instance[instance >= 0])
+        wanted = factorize_ids(instance[instance >= 0])[0]
         wanted = wanted[ops.instances["emit"].to_numpy()[wanted]]
         if len(wanted) and self.profile.nvtx_details is not None:
             read = self.profile.nvtx_details.input_shapes(ops.instances["nvtx_row"].to_numpy()[wanted])
