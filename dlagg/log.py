@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import sys
 import time
@@ -37,11 +39,35 @@ class Log:
 
     @contextmanager
     def stage(self, what: str) -> Iterator[None]:
-        """Log `what` with its wall time once it is done (normal verbosity); memory too at diagnostic."""
+        """Log `what` with its wall time once it is done (normal verbosity); memory too at diagnostic.
+
+        A stage's temporaries are freed when it ends; the memory they held goes back to the system
+        then, so that what one stage leaves fragmented does not add to the next stage's peak.
+        """
         began = time.perf_counter()
         yield
+        release_free_memory()
         memory = f", {_rss_mb():,.0f} MB resident, peak {_peak_mb():,.0f} MB" if self.level >= DIAGNOSTIC else ""
         self.info(f"{what} ({time.perf_counter() - began:.2f} s{memory})")
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim; a no-op elsewhere).
+
+    glibc serves arrays below its (adaptive, up to 32 MB) mmap threshold from the heap and keeps
+    what they leave when freed: measured, 100-170 MB of a 460 MB peak on transformer_amp_large.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():  # -> the C function, or None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
+        return None
 
 
 def _rss_mb() -> float:

@@ -55,7 +55,7 @@ from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
 from ..timeline.iterations import glob_regex
 from . import markers as mk
-from .tree import Forest
+from .tree import Forest, index_dtype
 
 DIRECTIONS = ("", mk.FPROP, mk.BPROP)  # direction codes of the instance table
 INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",
@@ -166,9 +166,12 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
     # instance_at[r]: the op instance of range r's innermost head at or above it (-1: none, also
     # for index -1, "no range", which takes the appended last slot)
-    instance_of_head = np.full(len(forest) + 1, -1, dtype=np.int64)
+    index = index_dtype(len(forest))
+    instance_of_head = np.full(len(forest) + 1, -1, dtype=index)
     instance_of_head[heads] = np.arange(len(heads))
-    instance_at = np.append(instance_of_head[forest.propagate(np.where(head, np.arange(len(forest)), -1))], -1)
+    head_at = forest.propagate(np.where(head, np.arange(len(forest), dtype=index), index(-1)))
+    instance_at = np.append(instance_of_head[head_at], index(-1))
+    del head_at, instance_of_head
 
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
@@ -203,7 +206,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     work_range = np.full(len(work), -1, dtype=np.int64)
     work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
                                            work["api_end"].to_numpy()[has_api])
-    work_instance = instance_at[work_range]
+    work_instance = instance_at[work_range].astype(np.int64)
     _adopt_unannotated_launches(forest, heads, work, work_instance)
     api = profile.runtime
     api_instance = instance_at[forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(),
@@ -249,8 +252,9 @@ def _heads(forest: Forest, kind: np.ndarray) -> np.ndarray:
     above = np.append(forest.propagate_or(bits), 0)[parent]  # strictly above: the parent's (0 for no parent)
     framework_above = (above & framework) != 0
     trace_above = (above & trace) != 0
-    child_parents = parent[(kind != mk.IGNORE) & (parent >= 0)]
-    has_child = np.bincount(child_parents, minlength=len(forest)) > 0
+    has_child = np.zeros(len(forest) + 1, dtype=bool)  # last slot: "no parent" (-1)
+    has_child[parent[kind != mk.IGNORE]] = True
+    has_child = has_child[:-1]
     return ((kind == mk.TRACE)
             | ((kind == mk.MODOP) & ~trace_above)
             | (_among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY) & ~framework_above)
@@ -262,7 +266,7 @@ def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.
     """Per range, a code into `paths` of the group path of the ranges enclosing it (and itself if a group)."""
     paths = ["/"]
     index = {("/", -1): 0}
-    code = np.zeros(len(forest), dtype=np.int64)
+    code = np.zeros(len(forest), dtype=np.int32)
     for level in forest.levels:  # top-down: a range's path extends its parent's
         parent = forest.parent[level]
         inherited = np.where(parent >= 0, code[np.maximum(parent, 0)], 0)

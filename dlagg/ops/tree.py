@@ -22,6 +22,11 @@ import numpy as np
 import pandas as pd
 
 
+def index_dtype(n: int) -> type:
+    """Row indices as int32 when they fit: half the memory of int64 over millions of ranges."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
 def _small(codes: np.ndarray) -> np.ndarray:
     """Codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
     return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
@@ -32,10 +37,10 @@ def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     (tid, begin, end) slice of that order."""
     n = len(start)
     if n > 1 and (start[1:] > start[:-1]).all():  # nsys writes NVTX rows by start: nothing to sort
-        by_start = np.arange(n)
+        by_start = np.arange(n, dtype=index_dtype(n))
         tid_by_start = tid
     else:
-        by_start = np.lexsort((-end, start))
+        by_start = np.lexsort((-end, start)).astype(index_dtype(n))
         tid_by_start = tid[by_start]
     if n == 0:
         return by_start, []
@@ -52,13 +57,13 @@ def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
     """Indices grouped by depth, each group in index order (stable radix sort on small ints)."""
     if len(depth) == 0:
         return ()
-    by_depth = np.argsort(_small(depth), kind="stable")
+    by_depth = np.argsort(_small(depth), kind="stable").astype(index_dtype(len(depth)))
     return tuple(np.split(by_depth, np.cumsum(np.bincount(depth))[:-1]))
 
 
 @dataclass(frozen=True)
 class Forest:
-    order: np.ndarray  # position in the caller's arrays of each sorted range
+    order: np.ndarray  # position in the caller's arrays of each sorted range (int32 unless huge, as all indices)
     tid: np.ndarray  # sorted by (tid, start, -end); threads in order of first appearance
     start: np.ndarray
     end: np.ndarray
@@ -75,14 +80,14 @@ class Forest:
         order, threads = _order(tid, start, end)
         if len(threads) != 1 or not (len(order) and order[-1] == len(order) - 1):  # not already in order
             tid, start, end = tid[order], start[order], end[order]
-        depth = np.zeros(len(tid), dtype=np.int64)
+        depth = np.zeros(len(tid), dtype=np.int32)
         for _, lo, hi in threads:  # threads, not events
             # ends are nearly in order already (nsys writes a range when it ends): timsort is fast
             closed = np.searchsorted(np.sort(end[lo:hi], kind="stable"), start[lo:hi], side="right")
             depth[lo:hi] = np.maximum(np.arange(hi - lo) - closed, 0)
         levels = _levels(depth)
         # parent = the last range before me one level up (in (tid, start) order, that is the open one)
-        parent = np.full(len(tid), -1, dtype=np.int64)
+        parent = np.full(len(tid), -1, dtype=index_dtype(len(tid)))
         for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
             pos = np.searchsorted(above, level, side="left") - 1
             parent[level] = np.where(pos >= 0, above[np.maximum(pos, 0)], -1)
