@@ -144,12 +144,34 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
     if not keep.any():
         return empty_ops(len(work), tuple(warnings))
-    # plain arrays from here on (the NVTX frame is the biggest one: no frame copies of it), and
-    # per-range work only where it must be: everything below the heads runs per op instance
-    kept = np.flatnonzero(keep) if not keep.all() else None
-    forest = Forest.build(*(a if kept is None else a[kept] for a in (tid_all, start_all, end_all)))
-    rows_of = forest.order if kept is None else kept[forest.order]
     parsed = mk.parse_markers(profile.strings, profile.nvtx_names)
+    found = _instances(profile, iterations, work, parsed, keep)
+    if found is None:
+        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
+    h, paths, linked, work_instance, api_instance = found
+    names = parsed.names
+    op_names = _op_names(h, names, profile)
+    keys, ops = _group(h, linked, op_names, names)
+    h["key"] = keys
+    path_text = _path_texts(h, paths, op_names)
+    instances = _measure(h, names, path_text, work, work_instance, uses_tc, profile.runtime, api_instance)
+    return Ops(instances, ops, work_instance, tuple(warnings))
+
+
+def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, parsed: mk.Parsed,
+               keep: np.ndarray) -> tuple[pd.DataFrame, list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+    """The per-range part: op instances (heads), their group paths and backward links, and the
+    instance of every GPU work row and API call; None when no range is an op.
+
+    Plain arrays only (the NVTX frame is the biggest one: no frame copies of it), each dropped as
+    soon as it has been used: one per-range array is 34-68 MB per 8.5 M ranges.
+    """
+    rng = profile.nvtx
+    kept = np.flatnonzero(keep) if not keep.all() else None
+    forest = Forest.build(*(rng[c].to_numpy() if kept is None else rng[c].to_numpy()[kept]
+                            for c in ("global_tid", "start", "end")))
+    rows_of = forest.order if kept is None else kept[forest.order]
+    del kept
     names = parsed.names
     name = parsed.codes(rng["text_id"].to_numpy()[rows_of])
     kind = np.append(names["kind"].to_numpy(dtype=np.int8), mk.IGNORE)[name]  # code -1 takes the last slot
@@ -163,7 +185,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     head = _heads(forest, kind)
     heads = np.flatnonzero(head)
     if len(heads) == 0:
-        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
+        return None
     # instance_at[r]: the op instance of range r's innermost head at or above it (-1: none, also
     # for index -1, "no range", which takes the appended last slot)
     index = index_dtype(len(forest))
@@ -175,8 +197,10 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
 
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
+    del head
     path_code, paths = _group_paths(forest, group, name, names["op_name"].to_numpy())
-    _adopt_orphans(forest, head, group, path_code)
+    _adopt_orphans(forest, heads, group, path_code)
+    del group
 
     h = pd.DataFrame({
         "row": heads,
@@ -189,17 +213,17 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         "path": path_code[heads],
         "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
     }, copy=False)
+    del domain, path_code
     h["detail"] = _trace_details(h, kind, forest.parent, name)
+    del name
     h["direction"] = _direction_codes(names)[h["name"].to_numpy()]
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
 
     seq = rng["seq"].to_numpy()[rows_of]
+    del rows_of
     linked = _link_backward(forest, kind, seq, instance_at, h)
-    del seq
-    op_names = _op_names(h, names, profile)
-    keys, ops = _group(h, linked, op_names, names)
-    h["key"] = keys
+    del seq, kind
 
     # GPU work and API calls -> innermost op instance on the launching thread.
     has_api = work["api_start"].to_numpy() >= 0
@@ -211,9 +235,7 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     api = profile.runtime
     api_instance = instance_at[forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(),
                                                 api["end"].to_numpy())]
-    path_text = _path_texts(h, paths, op_names)
-    instances = _measure(h, names, path_text, work, work_instance, uses_tc, api, api_instance)
-    return Ops(instances, ops, work_instance, tuple(warnings))
+    return h, paths, linked, work_instance, api_instance
 
 
 def _among(kind: np.ndarray, *kinds: int) -> np.ndarray:
@@ -287,15 +309,15 @@ def _group_paths(forest: Forest, group: np.ndarray, name: np.ndarray, texts: np.
     return code, paths
 
 
-def _adopt_orphans(forest: Forest, head: np.ndarray, group: np.ndarray, path_code: np.ndarray) -> None:
+def _adopt_orphans(forest: Forest, heads: np.ndarray, group: np.ndarray, path_code: np.ndarray) -> None:
     """Ops on a thread without user ranges take the group of their process's user ranges open then.
 
     Autograd runs backward on its own thread while the main thread waits inside the user's
     ``backward`` range: by the same-thread rule alone every backward op would sit at ``/``.
     """
-    threads_with_groups = np.unique(forest.tid[group])
-    orphan = np.flatnonzero(head & (path_code == 0) & ~np.isin(forest.tid, threads_with_groups))
     groups = np.flatnonzero(group)
+    threads_with_groups = np.unique(forest.tid[groups])
+    orphan = heads[(path_code[heads] == 0) & ~np.isin(forest.tid[heads], threads_with_groups)]
     if len(orphan) == 0 or len(groups) == 0:
         return
     by_process = Forest.build(forest.tid[groups] & PID_MASK, forest.start[groups], forest.end[groups])

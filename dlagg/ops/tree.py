@@ -46,11 +46,22 @@ def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
         return by_start, []
     if (tid_by_start == tid_by_start[0]).all():  # one thread
         return by_start, [(int(tid_by_start[0]), 0, n)]
-    threads, distinct = pd.factorize(tid_by_start)  # in order of appearance
+    # thread codes in order of first appearance (np.unique sorts a copy; a hash factorize of
+    # millions of rows costs a table several times the array)
+    distinct = np.unique(tid_by_start)
+    code = np.searchsorted(distinct, tid_by_start)
+    first = np.full(len(distinct), n, dtype=np.int64)
+    np.minimum.at(first, code, np.arange(n))
+    appearance = np.argsort(first, kind="stable")
+    threads = np.empty(len(distinct), dtype=np.int64)
+    threads[appearance] = np.arange(len(distinct))
+    threads = _small(threads[code])
+    del code
+    distinct = distinct[appearance]
     counts = np.bincount(threads, minlength=len(distinct))
     bounds = np.r_[0, np.cumsum(counts)]
     slices = [(int(t), int(lo), int(hi)) for t, lo, hi in zip(distinct, bounds[:-1], bounds[1:], strict=True)]
-    return by_start[np.argsort(_small(threads), kind="stable")], slices
+    return by_start[np.argsort(threads, kind="stable")], slices
 
 
 def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
