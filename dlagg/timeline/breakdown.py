@@ -52,6 +52,13 @@ def _cpu_ranges(profile: Profile, iterations: Iterations, rng: pd.DataFrame) -> 
     return r_start[keep], r_end[keep]
 
 
+def _union(*parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of interval sets, each merged alone first: nested NVTX ranges collapse to their
+    outermost ones before they meet the API calls (a sort of a few runs, not of millions of rows)."""
+    merged = [intervals.merge(s, e) for s, e in parts]
+    return intervals.merge(np.concatenate([m[0] for m in merged]), np.concatenate([m[1] for m in merged]))
+
+
 def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series) -> pd.DataFrame:
     starts = iterations.starts
     ends = iterations.ends
@@ -76,7 +83,7 @@ def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame,
         (w_start[~is_kernel], w_end[~is_kernel]),
         (rng["start"].to_numpy()[is_loader], rng["end"].to_numpy()[is_loader]),
         (io["start"].to_numpy(), io["end"].to_numpy()),
-        (np.concatenate((api["start"].to_numpy(), cpu_start)), np.concatenate((api["end"].to_numpy(), cpu_end))),
+        _union((api["start"].to_numpy(), api["end"].to_numpy()), (cpu_start, cpu_end)),
     ]
     parts = intervals.partition(classes, starts, ends)
 
