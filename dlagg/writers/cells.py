@@ -1,17 +1,18 @@
-"""Report columns as text cells, one column at a time, for the CSV and JSON writers.
+"""Report tables as text cells, column by column, for the CSV and JSON writers.
 
-Contract: ``csv_cells(column)`` / ``json_cells(column)`` turn a pandas column into an Arrow string
-array with one cell per row (null for a missing value); ``lines(cells, ...)`` joins formatted
-columns into the bytes of one line per row. Everything is vectorised with Arrow compute; Python
-touches each *distinct* string at most once: categorical columns (kernel and op names repeated
-over 100 k rows) are formatted once per category and taken by code, and JSON strings are escaped
-once per distinct value.
+Contract: ``Cells(table, style)`` prepares every column of a report table once, then
+``cells.lines(first, stop, ...)`` returns the bytes of rows ``first..stop-1``, one line per row.
+Everything is vectorised with Arrow compute; Python touches each *distinct* string at most once:
+categorical columns (kernel and op names repeated over 100 k rows) have their categories
+formatted once per table and are taken by code for each chunk, and JSON strings are escaped
+once per distinct value. Writing a big table chunk by chunk keeps memory bounded.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -32,14 +33,6 @@ def _arrow(column: pd.Series, type_: pa.DataType | None = None) -> pa.Array:
 
 def _is_text(column: pd.Series) -> bool:
     return pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty")
-
-
-def _per_category(column: pd.Series, cells: Callable[[pd.Series], pa.Array]) -> pa.Array:
-    """A categorical column's cells: its categories formatted once, then taken by code."""
-    values = column.array
-    formatted = cells(pd.Series(np.asarray(values.categories, dtype=object), dtype=object)).cast(STRING)
-    codes = np.asarray(values.codes)
-    return formatted.take(pa.array(codes, mask=codes < 0))
 
 
 def _per_value(column: pd.Series, cell: Callable[[object], str]) -> pa.Array:
@@ -67,10 +60,8 @@ def csv_value(value: object) -> str:
 
 
 def csv_cells(column: pd.Series) -> pa.Array:
-    """One column as CSV cell texts (nulls where values are missing)."""
+    """A (non-categorical) column as CSV cell texts, nulls where values are missing."""
     dtype = column.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        return _per_category(column, csv_cells)
     if pd.api.types.is_bool_dtype(dtype):
         return pc.if_else(_arrow(column, pa.bool_()), _text("yes"), _text("no"))
     if pd.api.types.is_integer_dtype(dtype):
@@ -99,10 +90,8 @@ def json_value(value: object) -> str:
 
 
 def json_cells(column: pd.Series) -> pa.Array:
-    """One column as JSON values (nulls where values are missing)."""
+    """A (non-categorical) column as JSON values, nulls where values are missing."""
     dtype = column.dtype
-    if isinstance(dtype, pd.CategoricalDtype):
-        return _per_category(column, json_cells)
     if pd.api.types.is_bool_dtype(dtype):
         return pc.if_else(_arrow(column, pa.bool_()), _text("true"), _text("false"))
     if pd.api.types.is_integer_dtype(dtype):
@@ -116,23 +105,63 @@ def json_cells(column: pd.Series) -> pa.Array:
     return _per_value(column, json_value)
 
 
-# --- lines ------------------------------------------------------------------------------------------
+# --- tables -----------------------------------------------------------------------------------------
 
 
-def lines(cells: Sequence[pa.Array], *, separator: str, missing: str, prefix: str = "",
-          suffix: str = "\n") -> pa.Buffer:
-    """The bytes of ``prefix + cells joined by separator + suffix`` for every row, concatenated.
+@dataclass(frozen=True)
+class Style:
+    """How a format writes cells and rows."""
 
-    The joined rows are one Arrow string array whose data buffer *is* that text: it is handed
-    over without another copy.
-    """
-    columns = [pc.fill_null(c.cast(STRING), _text(missing)) for c in cells]
-    rows = pc.binary_join_element_wise(*columns, _text(separator)) if len(columns) > 1 else columns[0]
-    if prefix or suffix:
-        rows = pc.binary_join_element_wise(_text(prefix), rows, _text(suffix), _text(""))
-    if isinstance(rows, pa.ChunkedArray):
-        rows = rows.combine_chunks()
-    if len(rows) == 0:
-        return pa.py_buffer(b"")
-    offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset:rows.offset + len(rows) + 1]
-    return rows.buffers()[2][int(offsets[0]):int(offsets[-1])]
+    cells: Callable[[pd.Series], pa.Array]  # one non-categorical column chunk -> cell texts
+    separator: str
+    missing: str
+    prefix: str = ""
+    suffix: str = "\n"
+
+
+CSV = Style(csv_cells, separator=",", missing="")
+JSON = Style(json_cells, separator=",", missing="null", prefix="[", suffix="],")
+
+
+class Cells:
+    """A report table ready to be written chunk by chunk in a style."""
+
+    def __init__(self, table: pd.DataFrame, style: Style) -> None:
+        self.style = style
+        self.rows = len(table)
+        self.columns: list[tuple[pa.Array, np.ndarray] | pd.Series] = []
+        for name in table.columns:
+            column = table[name]
+            if isinstance(column.dtype, pd.CategoricalDtype):  # categories formatted once for the table
+                values = column.array
+                categories = pd.Series(np.asarray(values.categories, dtype=object), dtype=object)
+                self.columns.append((style.cells(categories).cast(STRING), np.asarray(values.codes)))
+            else:
+                self.columns.append(column)
+
+    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pd.Series, first: int, stop: int) -> pa.Array:
+        if isinstance(column, tuple):
+            formatted, codes = column
+            part = codes[first:stop]
+            return formatted.take(pa.array(part, mask=part < 0))
+        return self.style.cells(column.iloc[first:stop])
+
+    def lines(self, first: int, stop: int) -> pa.Buffer:
+        """The bytes of rows first..stop-1: ``prefix + cells joined by separator + suffix`` each.
+
+        The joined rows are one Arrow string array whose data buffer *is* that text: it is handed
+        over without another copy.
+        """
+        style = self.style
+        columns = [pc.fill_null(self._chunk(c, first, stop).cast(STRING), _text(style.missing))
+                   for c in self.columns]
+        rows = pc.binary_join_element_wise(*columns, _text(style.separator)) if len(columns) > 1 else columns[0]
+        del columns
+        if style.prefix or style.suffix:
+            rows = pc.binary_join_element_wise(_text(style.prefix), rows, _text(style.suffix), _text(""))
+        if isinstance(rows, pa.ChunkedArray):
+            rows = rows.combine_chunks()
+        if len(rows) == 0:
+            return pa.py_buffer(b"")
+        offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset:rows.offset + len(rows) + 1]
+        return rows.buffers()[2][int(offsets[0]):int(offsets[-1])]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from ..reports.base import Report, Section
 from .base import RunInfo, atomic_write, report_path, writer
-from .cells import csv_cells, csv_value, lines
+from .cells import CSV, Cells, csv_value
 
 # Rows formatted and written at a time: bounds the writer's memory (about 10 MB of text for the
 # iteration report's 21 columns, plus Arrow's intermediates) whatever the table size; larger
 # chunks are no faster.
-CHUNK_ROWS = 1 << 14
+CHUNK_ROWS = 4096
 
 
 def _header_cell(text: str) -> str:
@@ -33,9 +33,9 @@ def section_chunks(section: Section) -> Iterator[str | memoryview]:
     yield "\n".join(head) + "\n"
     if len(table.columns) == 0:
         return
+    cells = Cells(table, CSV)
     for first in range(0, len(table), CHUNK_ROWS):
-        chunk = table.iloc[first:first + CHUNK_ROWS]
-        yield memoryview(lines([csv_cells(chunk[c]) for c in chunk.columns], separator=",", missing=""))
+        yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))
 
 
 def format_section(section: Section) -> str:

@@ -20,10 +20,10 @@ import pandas as pd
 
 from ..reports.base import Report, Section
 from .base import RunInfo, atomic_write, report_path, writer
-from .cells import json_cells, lines
+from .cells import JSON, Cells
 
 # Rows serialised and written at a time: bounds the writer's memory whatever the table size.
-CHUNK_ROWS = 1 << 14
+CHUNK_ROWS = 4096
 
 FORMAT_VERSION = 1
 
@@ -56,13 +56,11 @@ def section_chunks(section: Section) -> Iterator[str | memoryview]:
     head = json.dumps({"title": section.title, "key_value": not section.header, "columns": columns})
     yield head[:-1] + ', "rows": ['
     if len(table.columns):
+        cells = Cells(table, JSON)
         for first in range(0, len(table), CHUNK_ROWS):
-            chunk = table.iloc[first:first + CHUNK_ROWS]
             if first:
                 yield ","
-            text = lines([json_cells(chunk[c]) for c in chunk.columns], separator=",", missing="null",
-                         prefix="[", suffix="],")
-            yield memoryview(text)[:-1]  # the last row's comma
+            yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))[:-1]  # the last row's comma
     yield "]}"
 
 
