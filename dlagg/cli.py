@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 from . import __version__
 from .errors import DlaggError
-from .log import NORMAL, Log
+from .log import DIAGNOSTIC, NORMAL, Log
 from .options import VERBOSITIES, Options
 from .pipeline import DLPROF_REPORTS, NOT_YET, run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS
 
+INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -148,6 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
+    except MemoryError:
+        print(f"dlagg: error: out of memory on {options.nsys_database.name}; dlagg needs up to about twice the "
+              "export's size in memory: run it on a machine with more", file=sys.stderr)
+        return INTERNAL
+    except Exception as exc:  # a bug: one line, the traceback only when asked for
+        if options.level >= DIAGNOSTIC:
+            traceback.print_exc()
+        print(f"dlagg: internal error on {options.nsys_database.name}: {type(exc).__name__}: {exc}; "
+              "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
+        return INTERNAL
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
