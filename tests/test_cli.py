@@ -164,12 +164,12 @@ def test_python_dash_m_entry_point(db: Path, tmp_path: Path) -> None:
 
 
 def test_an_internal_error_is_one_line_without_traceback(db: Path, tmp_path: Path, capsys, monkeypatch) -> None:
-    import dlagg.cli
+    from dlagg import cli
 
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(dlagg.cli, "run", broken)
+    monkeypatch.setattr(cli, "run", broken)
     code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}")
     assert code == 3
     assert err.count("\n") == 1 and "internal error on cuda_basic.sqlite: ZeroDivisionError" in err
