@@ -155,8 +155,3 @@ class NvtxDetails:
         pos = np.minimum(np.searchsorted(keys, rows), len(keys) - 1)
         codes = np.where(keys[pos] == rows, codes[pos], -1)
         return categorical(codes, np.array(encoded.dictionary.to_pylist(), dtype=object))
-
-
-# Ranges, and the domain-creation rows that name the NVTX domains (a few, read in the same pass:
-# without an index, asking for them apart would scan the table again).
-ROW_FILTER = f'"eventType" IN ({", ".join(map(str, (*schema.NVTX_RANGE_TYPES, schema.NVTX_DOMAIN_CREATE)))})'

@@ -130,7 +130,6 @@ NVTX = Table(
         Column("globalTid", "global_tid", "int64", 0),
         Column("endGlobalTid", "end_global_tid", "int64", 0),
         Column("domainId", "domain_id", "int32", 0),
-        Column("rowid", "row", "int64"),  # to read a range's details later (NvtxDetails)
     ),
 )
 

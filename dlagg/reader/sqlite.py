@@ -272,9 +272,11 @@ class _NvtxRead:
             count = max(count, READ_THREADS)
         bounds = np.linspace(self.first, self.first + span, count + 1).astype(np.int64)
         self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
-        self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text",
-                             where=nv.ROW_FILTER)
+        # Every row is read: a WHERE on the event type costs SQLite more than reading the few
+        # rows that are not ranges, which numpy drops.
+        self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text")
         self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns if c.name != "event_type"}
+        self.out["row"] = np.empty(span, dtype=np.int64)
         self.codes = np.empty(span, dtype=np.int32)
         self.seq = np.empty(span, dtype=np.int32)
         self.keep = np.zeros(span, dtype=bool)  # rows that are ranges (not gaps, not domain rows)
@@ -284,16 +286,24 @@ class _NvtxRead:
 
         Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
-        arrow = self.db.arrow(f"{self.sql} AND rowid >= {lo} AND rowid < {hi}")
+        where = f"rowid >= {lo} AND rowid < {hi}"
+        arrow = self.db.arrow(f"{self.sql} WHERE {where}")
         offset, n = lo - self.first, arrow.num_rows
         for column in schema.NVTX.columns:
             if column.name in self.out:
                 self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
+        # Row ids are dense in nsys exports: the slice's rows are lo, lo + 1, ... unless it has holes.
+        rows = self.out["row"][offset:offset + n]
+        if n == hi - lo:
+            rows[:] = np.arange(lo, hi)
+        else:
+            rows[:] = self.db.arrow(f'SELECT rowid AS row FROM "{self.physical}" WHERE {where}').column("row")
         names = nv.split_names(arrow.column("text"))
         self.codes[offset:offset + n] = names.codes
         self.seq[offset:offset + n] = names.seq
-        is_domain = _as_numpy(arrow.column("event_type"), schema.NVTX.columns[2]) == schema.NVTX_DOMAIN_CREATE
-        self.keep[offset:offset + n] = ~is_domain
+        event_type = _as_numpy(arrow.column("event_type"), schema.NVTX.columns[2])
+        is_domain = event_type == schema.NVTX_DOMAIN_CREATE
+        self.keep[offset:offset + n] = np.isin(event_type, schema.NVTX_RANGE_TYPES)
         domains = {}
         if is_domain.any():  # a few rows: one per domain
             rows = np.flatnonzero(is_domain)
@@ -309,7 +319,7 @@ class _NvtxRead:
         domains = {0: ""}
         if not self.slices:
             frame = empty_frame(schema.NVTX).drop(columns="event_type")
-            return (frame.assign(text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
+            return (frame.assign(row=np.empty(0, np.int64), text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
                     pa.array([], pa.string()), np.empty(0, bool), domains)
         merged = pc.dictionary_encode(pa.concat_arrays([names.names for _, _, names, _ in results]))
         distinct = merged.dictionary
