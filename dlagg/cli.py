@@ -7,6 +7,7 @@ exit code; everything else raises.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -173,3 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
     return 0
+
+
+def entry() -> NoReturn:
+    """The ``dlagg`` command and ``python -m dlagg``: `main`, then the process ends at once.
+
+    Every output is written, closed and renamed into place when `main` returns; what is left is
+    the interpreter tearing down millions of objects one by one (0.18 s of a 3 s run measured on
+    transformer_amp_large), which nobody waits for.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
