@@ -151,9 +151,9 @@ class Profile:
     reads the few NVTX texts a report needs whole, on demand.
 
     ``nvtx`` holds the NVTX ranges (push/pop and start/end, no marks): start, end, global_tid,
-    end_global_tid (0 unless a start/end range ended on another thread), domain_id, row (the row id
-    in the export), text_id (the range's name, without emit_nvtx's per-call details) and seq
-    (autograd sequence number of emit_nvtx markers, -1 when none).
+    domain_id, crosses_thread (a start/end range that ended on another thread), row (the row id in
+    the export), text_id (the range's name, without emit_nvtx's per-call details) and seq (autograd
+    sequence number of emit_nvtx markers, -1 when none).
     """
 
     kernels: pd.DataFrame

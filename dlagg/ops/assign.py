@@ -130,11 +130,9 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
     rng = profile.nvtx
-    tid_all = rng["global_tid"].to_numpy()
     start_all = rng["start"].to_numpy()
     end_all = rng["end"].to_numpy()
-    end_tid = rng["end_global_tid"].to_numpy()
-    same_thread = (end_tid == 0) | (end_tid == tid_all)
+    same_thread = ~rng["crosses_thread"].to_numpy()
     warnings: list[str] = []
     if not same_thread.all():
         warnings.append(f"ops: {int((~same_thread).sum())} NVTX range(s) end on another thread than they start; "

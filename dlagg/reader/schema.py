@@ -27,6 +27,9 @@ class Table:
     sources: tuple[str, ...]  # physical table names, newest first
     columns: tuple[Column, ...]
 
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
     @property
     def required(self) -> tuple[Column, ...]:
         return tuple(c for c in self.columns if c.default is None)

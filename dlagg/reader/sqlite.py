@@ -275,8 +275,11 @@ class _NvtxRead:
         # Every row is read: a WHERE on the event type costs SQLite more than reading the few
         # rows that are not ranges, which numpy drops.
         self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text")
-        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns if c.name != "event_type"}
-        self.out["row"] = np.empty(span, dtype=np.int64)
+        # event types and end threads are only looked at here; the frame keeps what they say
+        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns
+                    if c.name not in ("event_type", "end_global_tid")}
+        self.out["crosses_thread"] = np.empty(span, dtype=bool)
+        self.out["row"] = np.empty(span, dtype=np.int32 if int(last) < np.iinfo(np.int32).max else np.int64)
         self.codes = np.empty(span, dtype=np.int32)
         self.seq = np.empty(span, dtype=np.int32)
         self.keep = np.zeros(span, dtype=bool)  # rows that are ranges (not gaps, not domain rows)
@@ -292,6 +295,8 @@ class _NvtxRead:
         for column in schema.NVTX.columns:
             if column.name in self.out:
                 self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
+        end_tid = _as_numpy(arrow.column("end_global_tid"), schema.NVTX.column("end_global_tid"))  # 0: no end thread
+        self.out["crosses_thread"][offset:offset + n] = (end_tid != 0) & (end_tid != self.out["global_tid"][offset:offset + n])
         # Row ids are dense in nsys exports: the slice's rows are lo, lo + 1, ... unless it has holes.
         rows = self.out["row"][offset:offset + n]
         if n == hi - lo:
@@ -301,7 +306,7 @@ class _NvtxRead:
         names = nv.split_names(arrow.column("text"))
         self.codes[offset:offset + n] = names.codes
         self.seq[offset:offset + n] = names.seq
-        event_type = _as_numpy(arrow.column("event_type"), schema.NVTX.columns[2])
+        event_type = _as_numpy(arrow.column("event_type"), schema.NVTX.column("event_type"))
         is_domain = event_type == schema.NVTX_DOMAIN_CREATE
         self.keep[offset:offset + n] = np.isin(event_type, schema.NVTX_RANGE_TYPES)
         domains = {}
@@ -318,8 +323,9 @@ class _NvtxRead:
         and the domain names."""
         domains = {0: ""}
         if not self.slices:
-            frame = empty_frame(schema.NVTX).drop(columns="event_type")
-            return (frame.assign(row=np.empty(0, np.int64), text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
+            frame = empty_frame(schema.NVTX).drop(columns=["event_type", "end_global_tid"])
+            return (frame.assign(crosses_thread=np.empty(0, bool), row=np.empty(0, np.int64),
+                                 text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
                     pa.array([], pa.string()), np.empty(0, bool), domains)
         merged = pc.dictionary_encode(pa.concat_arrays([names.names for _, _, names, _ in results]))
         distinct = merged.dictionary

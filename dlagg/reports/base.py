@@ -116,7 +116,7 @@ class ReportContext:
     def selected_work(self) -> pd.DataFrame:
         """GPU work attributed to the aggregated iterations."""
         work = self.work
-        return work[self.iterations.in_selection(work["iteration"].to_numpy())]
+        return rows_where(work, self.iterations.in_selection(work["iteration"].to_numpy()))
 
     @cached_property
     def kernel_uses_tc(self) -> pd.Series:
@@ -132,8 +132,7 @@ class ReportContext:
         """CUDA API calls whose start lies in the aggregated iterations."""
         runtime = self.profile.runtime
         iteration = self.iterations.assign(runtime["start"].to_numpy())
-        return runtime[self.iterations.in_selection(iteration)]
-
+        return rows_where(runtime, self.iterations.in_selection(iteration))
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
@@ -154,7 +153,7 @@ class ReportContext:
         """Op instances of the aggregated iterations (by the op's start), with op columns joined."""
         ops = self.ops
         inst = ops.instances
-        inst = inst[self.iterations.in_selection(inst["iteration"].to_numpy())]
+        inst = rows_where(inst, self.iterations.in_selection(inst["iteration"].to_numpy()))
         return inst.join(ops.ops, on="key")
 
     def op_columns(self, work_index: pd.Index, columns: Iterable[str] = OP_TEXT) -> dict[str, pd.Categorical]:
@@ -208,6 +207,12 @@ def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, un
         f"Min {prefix} {unit}": grouped.min(),
         f"Max {prefix} {unit}": grouped.max(),
     })
+
+
+def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, but `frame` itself when every row is kept (the default iteration range):
+    a boolean selection copies every column."""
+    return frame if mask.all() else frame[mask]
 
 
 def yes_no(values: np.ndarray | pd.Series) -> pd.Categorical:
