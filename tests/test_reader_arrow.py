@@ -86,3 +86,33 @@ def test_a_column_that_changes_type_mid_table_still_reads(tmp_path: Path) -> Non
     profile = load_profile(path)
     assert profile.kernels["grid_x"].tolist() == [1, 2, 3, 4, 5]
     assert profile.kernels["grid_x"].dtype == np.int32
+
+
+def test_sliced_nvtx_read_equals_a_plain_read(tmp_path: Path, monkeypatch) -> None:
+    """Many small slices, row-id holes, marks and domain rows between ranges: same ranges as SQL says."""
+    import dlagg.reader.sqlite as reader
+
+    b = ExportBuilder()
+    for k in range(40):
+        b.range(10 * k, 10 * k + 5, f"op{k % 7}, seq = {k}, op_id = {k}, sizes = [[{k}]]", tid=101 + k % 3)
+    b.launch(1, 2, 3, 4)
+    path = b.write(tmp_path / "slices.sqlite")
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM NVTX_EVENTS WHERE rowid IN (5, 6, 17)")  # holes
+    conn.execute("INSERT INTO NVTX_EVENTS VALUES (3, NULL, 34, 'a mark', 0, 0, NULL)")
+    conn.execute("INSERT INTO NVTX_EVENTS VALUES (-1, NULL, 75, 'Dom', 0, 2, NULL)")
+    conn.commit()
+    expected = conn.execute(
+        "SELECT start, \"end\", globalTid, rowid, substr(text, 1, instr(text, ',') - 1), "
+        "CAST(substr(text, instr(text, 'seq = ') + 6) AS INTEGER) FROM NVTX_EVENTS "
+        "WHERE eventType = 59 ORDER BY rowid").fetchall()
+    conn.close()
+    monkeypatch.setattr(reader, "NVTX_SLICE_ROWS", 4)
+    profile = load_profile(path)
+    nvtx = profile.nvtx
+    got = list(zip(nvtx["start"].tolist(), nvtx["end"].tolist(), nvtx["global_tid"].tolist(), nvtx["row"].tolist(),
+                   profile.strings.decode(nvtx["text_id"]).tolist(), nvtx["seq"].tolist(), strict=True))
+    assert got == expected and len(got) == 37
+    assert profile.meta.domains == {0: "", 2: "Dom"}
+    shapes = profile.nvtx_details.input_shapes(nvtx["row"].to_numpy())
+    assert list(shapes) == [f"[[{k}]]" for k in range(40) if k + 1 not in (5, 6, 17)]
