@@ -161,8 +161,8 @@ def run(options: Options, log: Log | None = None) -> Result:
         context=ctx,
     )
     written: list[Path] = []
-    if reports:
-        formats = _writers(options)
+    formats = _writers(options)
+    if reports and formats:
 
         def write(fmt: str) -> list[Path]:
             with log.stage(f"wrote {fmt}"):

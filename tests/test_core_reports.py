@@ -150,3 +150,10 @@ def test_cpu_only_export_writes_summary_and_says_why_not_kernels(tmp_path: Path)
     values = dict(result.reports[names.index("summary")].sections[1].table.values)
     assert values["GPU Utilization %"] == 0.0
     assert values["Other Duration %"] < 100.0  # CPU-side NVTX ranges were found
+
+
+def test_library_run_without_any_output_format_builds_reports(tmp_path: Path) -> None:
+    result = run(Options(nsys_database=recording("cuda_basic"), reports=("kernel",), formats=(),
+                         output_path=tmp_path, suppress_tb_files=True, verbosity="quiet"))
+    assert [r.name for r in result.reports] == ["kernel"] and result.written == ()
+    assert list(tmp_path.iterdir()) == []
