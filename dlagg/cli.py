@@ -10,8 +10,9 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from . import __version__
 from .errors import DlaggError

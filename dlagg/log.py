@@ -7,8 +7,9 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import TextIO
 
 QUIET, MINIMAL, NORMAL, DETAILED, DIAGNOSTIC = range(5)
 

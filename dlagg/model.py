@@ -6,8 +6,9 @@ nsys session clock, strings are int64 ids into the profile's ``StringTable``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd

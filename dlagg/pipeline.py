@@ -75,7 +75,8 @@ def _prepare_output(options: Options, names: list[str]) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{out}: cannot create the output folder ({exc.strerror}); choose another --output_path") from None
+        raise OutputError(f"{out}: cannot create the output folder ({exc.strerror}); "
+                          "choose another --output_path") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
     for fmt in _writers(options):

@@ -43,7 +43,8 @@ class ExportBuilder:
         return corr
 
     def kernel(self, start: int, end: int, name: str = "k", *, corr: int = 0, pid: int = PID, device: int = 0,
-               stream: int = 7, grid: tuple[int, int, int] = (1, 1, 1), block: tuple[int, int, int] = (32, 1, 1)) -> None:
+               stream: int = 7, grid: tuple[int, int, int] = (1, 1, 1),
+               block: tuple[int, int, int] = (32, 1, 1)) -> None:
         sid = self.string(name)
         self.kernels.append((start, end, device, stream, corr, global_pid(pid), sid, sid, *grid, *block))
 

@@ -43,7 +43,7 @@ def test_overlap_per_window(pairs, cuts) -> None:
     w_start, w_end = bounds[:-1], bounds[1:]
     mask = covered(pairs)
     got = intervals.overlap_per_window(*arrays(pairs), w_start, w_end)
-    assert got.tolist() == [int(mask[a:b].sum()) for a, b in zip(w_start, w_end)]
+    assert got.tolist() == [int(mask[a:b].sum()) for a, b in zip(w_start, w_end, strict=True)]
 
 
 @settings(max_examples=60)
@@ -60,4 +60,4 @@ def test_partition_counts_each_instant_once_in_priority_order(classes, cuts) -> 
     for k, c in enumerate(classes):
         mine = covered(c) & ~taken
         taken |= covered(c)
-        assert parts[k].tolist() == [int(mine[a:b].sum()) for a, b in zip(w_start, w_end)]
+        assert parts[k].tolist() == [int(mine[a:b].sum()) for a, b in zip(w_start, w_end, strict=True)]

@@ -116,7 +116,8 @@ def test_op_launching_a_memcpy_and_a_memset(tmp_path: Path) -> None:
     row = by_name(ctx).loc["aten::copy_"]
     assert row["gpu"] == 300 + 50 and row["gpu_idle"] == (500 - 100) - 350
     assert row["kernels"] == 0 and row["kernel_time"] == 0
-    assert set(pd.Series(ctx.op_columns(ctx.work.index)["Op Name"])) == {"aten::copy_"}  # both memory operations carry the op
+    # both memory operations carry the op
+    assert set(pd.Series(ctx.op_columns(ctx.work.index)["Op Name"])) == {"aten::copy_"}
 
 
 def test_api_calls_nested_in_api_calls_are_counted_once(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_json_is_self_describing_and_matches_csv(outputs: Path, report: str) -> 
     assert doc["iterations"]["total"] == 10 and doc["iterations"]["start"] == 0 and doc["iterations"]["stop"] == 9
     csv_sections = (outputs / f"dlagg_{report}.csv").read_text().split("\n\n")
     assert len(doc["sections"]) == len(csv_sections)
-    for section, text in zip(doc["sections"], csv_sections):
+    for section, text in zip(doc["sections"], csv_sections, strict=True):
         lines = text.strip("\n").splitlines()
         assert lines[0] == section["title"]
         body = lines[1:] if section["key_value"] else lines[2:]
@@ -76,9 +76,9 @@ def test_json_is_self_describing_and_matches_csv(outputs: Path, report: str) -> 
             for column in section["columns"]:
                 if column["name"].endswith("(ns)"):
                     assert column["unit"] == "ns"
-        for got, want in zip(csv.reader(body), section["rows"]):
+        for got, want in zip(csv.reader(body), section["rows"], strict=True):
             assert len(got) == len(want)
-            for cell, value in zip(got, want):
+            for cell, value in zip(got, want, strict=True):
                 if value is None:
                     assert cell == ""
                 elif isinstance(value, str):

@@ -499,7 +499,8 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
-             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame, api_instance: np.ndarray) -> pd.DataFrame:
+             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame,
+             api_instance: np.ndarray) -> pd.DataFrame:
     """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
     start = work["start"].to_numpy()

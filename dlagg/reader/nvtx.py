@@ -32,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model import categorical, factorize_ids
-from . import schema
 
 # The markers emit_nvtx puts after "name[, seq = N]"; both are 10 characters long.
 CUT_MARKERS = (", op_id = ", ", sizes = ")

@@ -296,7 +296,8 @@ class _NvtxRead:
             if column.name in self.out:
                 self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
         end_tid = _as_numpy(arrow.column("end_global_tid"), schema.NVTX.column("end_global_tid"))  # 0: no end thread
-        self.out["crosses_thread"][offset:offset + n] = (end_tid != 0) & (end_tid != self.out["global_tid"][offset:offset + n])
+        tid = self.out["global_tid"][offset:offset + n]
+        self.out["crosses_thread"][offset:offset + n] = (end_tid != 0) & (end_tid != tid)
         # Row ids are dense in nsys exports: the slice's rows are lo, lo + 1, ... unless it has holes.
         rows = self.out["row"][offset:offset + n]
         if n == hi - lo:

@@ -35,7 +35,8 @@ def build(ctx: ReportContext) -> Report:
     short_ids = ctx.profile.kernels.drop_duplicates("name_id").set_index("name_id")["short_name_id"]
     name_ids = table["name_id"]
     table.insert(0, "Kernel Name", strings.decode(name_ids.map(short_ids)).to_numpy())
-    table.insert(table.columns.get_loc("Direction") + 1, "Uses TC", yes_no(ctx.kernel_uses_tc.reindex(name_ids).fillna(False).to_numpy()))
+    uses_tc = ctx.kernel_uses_tc.reindex(name_ids).fillna(False).to_numpy()
+    table.insert(table.columns.get_loc("Direction") + 1, "Uses TC", yes_no(uses_tc))
     table["Long Kernel Name"] = strings.decode(name_ids).to_numpy()
     table = table.drop(columns="name_id").reset_index(drop=True)
     for column in ("Avg API Time (ns)",):

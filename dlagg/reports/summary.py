@@ -66,7 +66,7 @@ def pct(part: float, whole: float) -> float:
 
 @report("summary")
 def build(ctx: ReportContext) -> Report:
-    """System config, wall-clock partition (TC / kernel / memory / dataloader / IO / CPU / other), iterations, kernel totals."""
+    """System config, wall-clock partition (TC/kernel/memory/dataloader/IO/CPU/other), iterations, totals."""
     its = ctx.iterations
     bd = ctx.breakdown
     agg = bd[bd["aggregated"]]

@@ -50,7 +50,8 @@ def coverage(merged_starts: np.ndarray, merged_ends: np.ndarray, t: np.ndarray) 
     return np.where(k > 0, before[last] + partial, 0)
 
 
-def overlap_per_window(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
+def overlap_per_window(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndarray,
+                       win_ends: np.ndarray) -> np.ndarray:
     """For each window ``[win_start, win_end)``, the length of the intervals' union inside it."""
     s, e = merge(starts, ends)
     return coverage(s, e, win_ends) - coverage(s, e, win_starts)
