@@ -10,6 +10,7 @@ once per distinct value. Writing a big table chunk by chunk keeps memory bounded
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ import pyarrow.compute as pc
 STRING = pa.large_string()  # row texts of a chunk can pass 2 GiB in a huge report: 64-bit offsets
 
 
+@functools.cache
 def _text(value: str) -> pa.Scalar:
+    """A string scalar for Arrow compute (made once: building scalars costs more than using them)."""
     return pa.scalar(value, STRING)
 
 
@@ -129,21 +132,26 @@ class Cells:
     def __init__(self, table: pd.DataFrame, style: Style) -> None:
         self.style = style
         self.rows = len(table)
-        self.columns: list[tuple[pa.Array, np.ndarray] | pd.Series] = []
+        self.columns: list[tuple[pa.Array, np.ndarray] | pa.Array | pd.Series] = []
         for name in table.columns:
             column = table[name]
-            if isinstance(column.dtype, pd.CategoricalDtype):  # categories formatted once for the table
+            dtype = column.dtype
+            if isinstance(dtype, pd.CategoricalDtype):  # categories formatted once for the table
                 values = column.array
                 categories = pd.Series(np.asarray(values.categories, dtype=object), dtype=object)
                 self.columns.append((style.cells(categories).cast(STRING), np.asarray(values.codes)))
+            elif pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
+                self.columns.append(_arrow(column))  # the same digits in both styles; sliced per chunk
             else:
                 self.columns.append(column)
 
-    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pd.Series, first: int, stop: int) -> pa.Array:
+    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pa.Array | pd.Series, first: int, stop: int) -> pa.Array:
         if isinstance(column, tuple):
             formatted, codes = column
             part = codes[first:stop]
-            return formatted.take(pa.array(part, mask=part < 0))
+            return formatted.take(pa.array(part, mask=part < 0)) if (part < 0).any() else formatted.take(part)
+        if isinstance(column, pa.Array):
+            return pc.cast(column.slice(first, stop - first), STRING)
         return self.style.cells(column.iloc[first:stop])
 
     def lines(self, first: int, stop: int) -> pa.Buffer:
@@ -153,8 +161,12 @@ class Cells:
         over without another copy.
         """
         style = self.style
-        columns = [pc.fill_null(self._chunk(c, first, stop).cast(STRING), _text(style.missing))
-                   for c in self.columns]
+        columns = []
+        for column in self.columns:
+            cells = self._chunk(column, first, stop)
+            if cells.type != STRING:
+                cells = cells.cast(STRING)
+            columns.append(pc.fill_null(cells, _text(style.missing)) if cells.null_count else cells)
         rows = pc.binary_join_element_wise(*columns, _text(style.separator)) if len(columns) > 1 else columns[0]
         del columns
         if style.prefix or style.suffix:
