@@ -85,7 +85,7 @@ def test_a_column_that_changes_type_mid_table_still_reads(tmp_path: Path) -> Non
     conn.close()
     profile = load_profile(path)
     assert profile.kernels["grid_x"].tolist() == [1, 2, 3, 4, 5]
-    assert profile.kernels["grid_x"].dtype == np.int32
+    assert profile.kernels["grid_x"].dtype == np.int64
 
 
 def test_sliced_nvtx_read_equals_a_plain_read(tmp_path: Path, monkeypatch) -> None:

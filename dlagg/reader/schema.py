@@ -15,6 +15,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Column:
+    """One column of an event table.
+
+    Tables read whole are int64 even where values are small: their frames' arrays are then views
+    of the Arrow batch the driver returned, and a narrower copy would sit beside that batch, which
+    lives as long as any of its columns. NVTX columns are copied slice by slice into preallocated
+    arrays, so they take the narrowest type that holds them.
+    """
+
     source: str  # nsys column name
     name: str  # dlagg column name
     dtype: str  # numpy dtype of the dlagg column
@@ -47,18 +55,18 @@ KERNELS = Table(
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int32", 0),
-        Column("streamId", "stream_id", "int32", 0),
+        Column("deviceId", "device_id", "int64", 0),
+        Column("streamId", "stream_id", "int64", 0),
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("globalPid", "global_pid", "int64", 0),
         Column("demangledName", "name_id", "int64", NO_ID),
         Column("shortName", "short_name_id", "int64", NO_ID),
-        Column("gridX", "grid_x", "int32", 0),
-        Column("gridY", "grid_y", "int32", 0),
-        Column("gridZ", "grid_z", "int32", 0),
-        Column("blockX", "block_x", "int32", 0),
-        Column("blockY", "block_y", "int32", 0),
-        Column("blockZ", "block_z", "int32", 0),
+        Column("gridX", "grid_x", "int64", 0),
+        Column("gridY", "grid_y", "int64", 0),
+        Column("gridZ", "grid_z", "int64", 0),
+        Column("blockX", "block_x", "int64", 0),
+        Column("blockY", "block_y", "int64", 0),
+        Column("blockZ", "block_z", "int64", 0),
     ),
 )
 
@@ -80,14 +88,14 @@ MEMCPY = Table(
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int32", 0),
-        Column("streamId", "stream_id", "int32", 0),
+        Column("deviceId", "device_id", "int64", 0),
+        Column("streamId", "stream_id", "int64", 0),
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("globalPid", "global_pid", "int64", 0),
         Column("bytes", "bytes", "int64", 0),
-        Column("copyKind", "copy_kind", "int32", 0),
-        Column("srcKind", "src_kind", "int32", NO_ID),
-        Column("dstKind", "dst_kind", "int32", NO_ID),
+        Column("copyKind", "copy_kind", "int64", 0),
+        Column("srcKind", "src_kind", "int64", NO_ID),
+        Column("dstKind", "dst_kind", "int64", NO_ID),
     ),
 )
 
@@ -97,8 +105,8 @@ MEMSET = Table(
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int32", 0),
-        Column("streamId", "stream_id", "int32", 0),
+        Column("deviceId", "device_id", "int64", 0),
+        Column("streamId", "stream_id", "int64", 0),
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("globalPid", "global_pid", "int64", 0),
         Column("bytes", "bytes", "int64", 0),
@@ -111,11 +119,11 @@ SYNC = Table(
     (
         Column("start", "start", "int64"),
         Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int32", 0),
-        Column("streamId", "stream_id", "int32", 0),
+        Column("deviceId", "device_id", "int64", 0),
+        Column("streamId", "stream_id", "int64", 0),
         Column("correlationId", "correlation_id", "int64", NO_ID),
         Column("globalPid", "global_pid", "int64", 0),
-        Column("syncType", "sync_type", "int32", NO_ID),
+        Column("syncType", "sync_type", "int64", NO_ID),
     ),
 )
 
