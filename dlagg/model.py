@@ -44,7 +44,7 @@ def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categori
 
 @dataclass(frozen=True)
 class StringTable:
-    """nsys ``StringIds`` plus NVTX inline text, already interned: id -> text.
+    """nsys ``StringIds`` plus the distinct NVTX range names (ids after the StringIds ones): id -> text.
 
     Classifiers run over this small table (one decision per distinct string); the big frames
     only ever see the integer ids.
@@ -56,9 +56,8 @@ class StringTable:
     def decode(self, ids: pd.Series | np.ndarray) -> pd.Series:
         """Texts for `ids` (missing ids give an empty string).
 
-        Looks up each distinct id once and repeats the resulting objects, so 100 k kernel rows
-        with 70 names cost 70 strings, not 100 k copies, and no hash index over the (0.85 M
-        strings per 160 MB of export) table is built.
+        Looks up each distinct id once (binary search on the sorted ids) and repeats the resulting
+        objects, so 100 k kernel rows with 70 names cost 70 strings, not 100 k copies.
         """
         ids = pd.Series(ids) if not isinstance(ids, pd.Series) else ids
         codes = ids.to_numpy()
@@ -105,8 +104,8 @@ class StringTable:
         """Ids whose whole text matches the regular expression `pattern` (vectorised).
 
         With `among`, only those ids are tried (a caller that knows its candidates, e.g. OS
-        runtime call names, skips the 0.85 M NVTX texts per 160 MB of export). Answers over the
-        whole table are kept per pattern: several reports ask the same question.
+        runtime call names, skips the rest of the table). Answers over the whole table are kept
+        per pattern: several reports ask the same question.
         """
         if among is not None:
             ids = np.unique(np.asarray(among, dtype=np.int64))
