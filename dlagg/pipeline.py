@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
 from .errors import OptionsError, OutputError
-from .log import Log
+from .log import Log, release_free_memory
 from .model import Iterations, Profile
 from .options import Options
 from .reader import check_input, load_profile
@@ -25,6 +26,8 @@ DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type
 NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
+# Threads writing reports while the next ones are built (the CI machine has two cores).
+WRITE_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def resolve_reports(requested: tuple[str, ...]) -> list[str]:
                 visit(dep)
             ordered.append(name)
 
-    for name in dict.fromkeys(names):
+    for name in sorted(dict.fromkeys(names), key=lambda n: not REPORTS[n].bulk):  # bulk reports first
         visit(name)
     return [n for n in ordered if n in names]
 
@@ -133,21 +136,6 @@ def run(options: Options, log: Log | None = None) -> Result:
         warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; {todo}")
 
     ctx = ReportContext(profile, iterations, options)
-    reports: list[Report] = []
-    for name in names:
-        spec = REPORTS[name]
-        empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
-        if empty:
-            warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
-                            "(was the run profiled with 'nsys profile -t cuda'?)")
-            continue
-        with log.stage(f"built {name} report"):
-            built = ctx.report(name)
-        reports.append(built)
-        warnings.extend(built.warnings)
-    for warning in dict.fromkeys(warnings):
-        log.warn(warning)
-
     info = RunInfo(
         source=profile.meta.source,
         nsys_version=profile.meta.nsys_version,
@@ -161,18 +149,63 @@ def run(options: Options, log: Log | None = None) -> Result:
         dlagg_version=__version__,
         context=ctx,
     )
-    written: list[Path] = []
     formats = _writers(options)
-    if reports and formats:
-
-        def write(fmt: str) -> list[Path]:
-            with log.stage(f"wrote {fmt}"):
-                return WRITERS[fmt].write(reports, _out_dir(options, fmt), info)
-
-        # Writers only read the reports, and spend most of their time in Arrow compute and file
-        # writes, which release the GIL: they run side by side.
-        with ThreadPoolExecutor(max_workers=len(formats)) as pool:
-            jobs = [pool.submit(write, fmt) for fmt in formats]
-        for job in jobs:  # in format order; the first failure is raised
-            written.extend(job.result())
+    reports: list[Report] = []
+    writes = _Writes(log)
+    # A report is written (CSV, JSON) while the next ones are built: writers spend their time in
+    # Arrow compute and file writes, which release the GIL, builders mostly in pandas. Bulk
+    # reports (one row per kernel) are built first, so their writing overlaps the most.
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        for name in names:
+            spec = REPORTS[name]
+            empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
+            if empty:
+                warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
+                                "(was the run profiled with 'nsys profile -t cuda'?)")
+                continue
+            with log.stage(f"built {name} report"):
+                built = ctx.report(name)
+            reports.append(built)
+            warnings.extend(built.warnings)
+            for fmt in formats:
+                if WRITERS[fmt].per_report:
+                    writes.submit(pool, fmt, [built], _out_dir(options, fmt), info)
+        for warning in dict.fromkeys(warnings):
+            log.warn(warning)
+        if reports:
+            for fmt in formats:
+                if not WRITERS[fmt].per_report:
+                    writes.submit(pool, fmt, reports, _out_dir(options, fmt), info)
+        written = writes.results(formats)
     return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))
+
+
+class _Writes:
+    """Writer jobs on a thread pool; a format's time is the sum of its jobs' (they overlap others)."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.jobs: list[tuple[str, Future[tuple[list[Path], float]]]] = []
+
+    def submit(self, pool: ThreadPoolExecutor, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> None:
+        def write() -> tuple[list[Path], float]:
+            began = time.perf_counter()
+            paths = WRITERS[fmt].write(reports, out_dir, info)
+            return paths, time.perf_counter() - began
+
+        self.jobs.append((fmt, pool.submit(write)))
+
+    def results(self, formats: list[str]) -> list[Path]:
+        """Paths written, by format then report; the first failure is raised once every job has ended."""
+        wait([job for _, job in self.jobs])
+        for _, job in self.jobs:
+            job.result()
+        release_free_memory()
+        written: list[Path] = []
+        for fmt in formats:
+            done = [job.result() for f, job in self.jobs if f == fmt]
+            if done:
+                self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
+            for paths, _ in done:
+                written.extend(paths)
+        return written

@@ -58,6 +58,8 @@ class ReportSpec:
     file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.<format>
     requires: frozenset[str] = frozenset()  # Profile frames that must be non-empty
     depends: tuple[str, ...] = ()
+    # One row per event (100 k+ rows): built first, so that writing it overlaps building the others.
+    bulk: bool = False
 
 
 REPORTS: dict[str, ReportSpec] = {}
@@ -69,6 +71,7 @@ def report(
     file_suffix: str | None = None,
     requires: Iterable[str] = (),
     depends: Iterable[str] = (),
+    bulk: bool = False,
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -77,7 +80,8 @@ def report(
             raise RuntimeError(f"duplicate report {name!r}")
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
-            name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends)
+            name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
+            bulk,
         )
         return fn
 

@@ -14,7 +14,7 @@ def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray
     return pd.arrays.IntegerArray(np.where(present, values, 0).astype(np.int64), ~present)
 
 
-@report("iteration", requires={"kernels"})
+@report("iteration", requires={"kernels"}, bulk=True)
 def build(ctx: ReportContext) -> Report:
     """Every kernel launch of the aggregated iterations: iteration, timing, launch API, grid and block."""
     work = ctx.selected_work

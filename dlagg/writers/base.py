@@ -35,6 +35,9 @@ class Writer(Protocol):
     """`out_dir` is this writer's folder: --output_path, or <output_path>/<tb_dir> for TensorBoard."""
 
     name: str
+    # True: one file per report, so a report can be written alone as soon as it is built;
+    # False: the writer needs every report of the run at once.
+    per_report: bool
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         """Every path `write` will create (checked for --force before anything is read)."""

@@ -55,6 +55,7 @@ class CsvWriter:
     """One CSV file per report, in DLProf's layout."""
 
     name = "csv"
+    per_report = True
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "csv") for suffix in file_suffixes]

@@ -105,6 +105,7 @@ class JsonWriter:
     """One JSON file per report: metadata, columns with units, rows."""
 
     name = "json"
+    per_report = True
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "json") for suffix in file_suffixes]

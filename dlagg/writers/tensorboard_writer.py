@@ -336,6 +336,7 @@ class TensorboardWriter:
     """TensorBoard event files: per-iteration scalars, custom-scalars layout, Markdown report tables."""
 
     name = "tensorboard"
+    per_report = False
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [out_dir / profile_name]
