@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
+from ..reports.base import rows_where
 from .base import quoted
 
 if TYPE_CHECKING:
@@ -106,7 +107,10 @@ class Facts:
         if work.empty:
             return work.assign(dur=np.empty(0, np.int64), gap_before=np.empty(0, np.int64),
                                host_wait=np.empty(0, bool), next_queued=np.empty(0, bool))
-        work = work.sort_values(["device_id", "start", "end"], kind="stable")
+        # by device and start, with only the columns the detectors read (a sorted copy of all of
+        # `work` was the largest allocation of the expert systems)
+        columns = ["kind", "row", "iteration", "start", "end", "device_id", "name_id", "api_start", "api_end", "api_tid"]
+        work = work[columns].sort_values(["device_id", "start", "end"], kind="stable")
         device = work["device_id"].to_numpy()
         start = work["start"].to_numpy()
         end = work["end"].to_numpy()
@@ -127,7 +131,7 @@ class Facts:
     @cached_property
     def selected_ops(self) -> pd.DataFrame:
         ops = self.gpu_ops
-        return ops[self.iterations.in_selection(ops["iteration"].to_numpy())] if len(ops) else ops
+        return rows_where(ops, self.iterations.in_selection(ops["iteration"].to_numpy())) if len(ops) else ops
 
     @cached_property
     def selected_kernels(self) -> pd.DataFrame:
