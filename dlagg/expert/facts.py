@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..reports.base import rows_where
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
-from ..reports.base import rows_where
 from .base import quoted
 
 if TYPE_CHECKING:
@@ -109,7 +109,8 @@ class Facts:
                                host_wait=np.empty(0, bool), next_queued=np.empty(0, bool))
         # by device and start, with only the columns the detectors read (a sorted copy of all of
         # `work` was the largest allocation of the expert systems)
-        columns = ["kind", "row", "iteration", "start", "end", "device_id", "name_id", "api_start", "api_end", "api_tid"]
+        columns = ["kind", "row", "iteration", "start", "end", "device_id", "name_id", "api_start", "api_end",
+                   "api_tid"]
         work = work[columns].sort_values(["device_id", "start", "end"], kind="stable")
         device = work["device_id"].to_numpy()
         start = work["start"].to_numpy()
