@@ -59,9 +59,15 @@ def resolve_reports(requested: tuple[str, ...]) -> list[str]:
                 visit(dep)
             ordered.append(name)
 
-    for name in sorted(dict.fromkeys(names), key=lambda n: not REPORTS[n].bulk):  # bulk reports first
+    for name in dict.fromkeys(names):
         visit(name)
     return [n for n in ordered if n in names]
+
+
+def build_order(names: list[str]) -> list[str]:
+    """`names` with the bulk reports (one row per kernel) first, so that writing them overlaps the
+    building of the others; they depend on no other report."""
+    return sorted(names, key=lambda n: not REPORTS[n].bulk)
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
@@ -156,7 +162,7 @@ def run(options: Options, log: Log | None = None) -> Result:
     # Arrow compute and file writes, which release the GIL, builders mostly in pandas. Bulk
     # reports (one row per kernel) are built first, so their writing overlaps the most.
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-        for name in names:
+        for name in build_order(names):
             spec = REPORTS[name]
             empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
             if empty:
@@ -172,11 +178,12 @@ def run(options: Options, log: Log | None = None) -> Result:
                     writes.submit(pool, fmt, [built], _out_dir(options, fmt), info)
         for warning in dict.fromkeys(warnings):
             log.warn(warning)
+        reports.sort(key=lambda r: names.index(r.name))  # back in the order reports are listed in
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
                     writes.submit(pool, fmt, reports, _out_dir(options, fmt), info)
-        written = writes.results(formats)
+        written = writes.results(formats, names)
     return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))
 
 
@@ -185,7 +192,7 @@ class _Writes:
 
     def __init__(self, log: Log) -> None:
         self.log = log
-        self.jobs: list[tuple[str, Future[tuple[list[Path], float]]]] = []
+        self.jobs: list[tuple[str, str, Future[tuple[list[Path], float]]]] = []  # format, report, job
 
     def submit(self, pool: ThreadPoolExecutor, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> None:
         def write() -> tuple[list[Path], float]:
@@ -193,17 +200,19 @@ class _Writes:
             paths = WRITERS[fmt].write(reports, out_dir, info)
             return paths, time.perf_counter() - began
 
-        self.jobs.append((fmt, pool.submit(write)))
+        self.jobs.append((fmt, reports[0].name, pool.submit(write)))
 
-    def results(self, formats: list[str]) -> list[Path]:
-        """Paths written, by format then report; the first failure is raised once every job has ended."""
-        wait([job for _, job in self.jobs])
-        for _, job in self.jobs:
+    def results(self, formats: list[str], names: list[str]) -> list[Path]:
+        """Paths written, by format then report (in `names` order); the first failure is raised
+        once every job has ended."""
+        wait([job for _, _, job in self.jobs])
+        for _, _, job in self.jobs:
             job.result()
         release_free_memory()
         written: list[Path] = []
+        jobs = sorted(self.jobs, key=lambda j: names.index(j[1]))
         for fmt in formats:
-            done = [job.result() for f, job in self.jobs if f == fmt]
+            done = [job.result() for f, _, job in jobs if f == fmt]
             if done:
                 self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
             for paths, _ in done:
