@@ -45,85 +45,74 @@ def _per_value(column: pd.Series, cell: Callable[[object], str]) -> pa.Array:
     return pa.array(texts, type=STRING)
 
 
-# --- CSV: DLProf v1.8's cells -------------------------------------------------------------------
-
-
-def csv_value(value: object) -> str:
-    """One value as DLProf writes it: integers bare, floats with one decimal, yes/no, strings quoted."""
-    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-        return ""
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):.1f}"
-    text = str(value).replace('"', '""')
-    return f'"{text}"'
-
-
-def csv_cells(column: pd.Series) -> pa.Array:
-    """A (non-categorical) column as CSV cell texts, nulls where values are missing."""
-    dtype = column.dtype
-    if pd.api.types.is_bool_dtype(dtype):
-        return pc.if_else(_arrow(column, pa.bool_()), _text("yes"), _text("no"))
-    if pd.api.types.is_integer_dtype(dtype):
-        return pc.cast(_arrow(column), STRING)
-    if pd.api.types.is_float_dtype(dtype):  # Python's rounding ("{:.1f}")
-        return _per_value(column, lambda v: f"{float(v):.1f}")  # type: ignore[arg-type]
-    if _is_text(column):
-        text = _arrow(column, STRING)
-        return pc.binary_join_element_wise(_text('"'), pc.replace_substring(text, '"', '""'), _text('"'), _text(""))
-    return _per_value(column, csv_value)  # mixed object column (key/value sections): a few cells
-
-
-# --- JSON ------------------------------------------------------------------------------------------
-
-
-def json_value(value: object) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-        return "null"
-    if isinstance(value, (bool, np.bool_)):
-        return "true" if value else "false"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        return json.dumps(float(value))
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def json_cells(column: pd.Series) -> pa.Array:
-    """A (non-categorical) column as JSON values, nulls where values are missing."""
-    dtype = column.dtype
-    if pd.api.types.is_bool_dtype(dtype):
-        return pc.if_else(_arrow(column, pa.bool_()), _text("true"), _text("false"))
-    if pd.api.types.is_integer_dtype(dtype):
-        return pc.cast(_arrow(column), STRING)
-    if pd.api.types.is_float_dtype(dtype):
-        return _per_value(column, json_value)
-    if _is_text(column):  # escaped once per distinct string
-        encoded = pc.dictionary_encode(_arrow(column, STRING))
-        escaped = [json.dumps(v, ensure_ascii=False) for v in encoded.dictionary.to_pylist()]
-        return pa.array(escaped, type=STRING).take(encoded.indices)
-    return _per_value(column, json_value)
-
-
-# --- tables -----------------------------------------------------------------------------------------
+def is_missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
 
 
 @dataclass(frozen=True)
 class Style:
-    """How a format writes cells and rows."""
+    """How a format writes cells (one value, or a whole column vectorised) and rows."""
 
-    cells: Callable[[pd.Series], pa.Array]  # one non-categorical column chunk -> cell texts
-    separator: str
-    missing: str
+    missing: str  # a missing value
+    true: str
+    false: str
+    integer: Callable[[int], str]
+    number: Callable[[float], str]
+    text: Callable[[str], str]  # one string
+    texts: Callable[[pa.Array], pa.Array] | None = None  # a column of strings, vectorised (nulls stay null)
+    separator: str = ","
     prefix: str = ""
     suffix: str = "\n"
 
+    def value(self, value: object) -> str:
+        """One value of any type."""
+        if is_missing(value):
+            return self.missing
+        if isinstance(value, (bool, np.bool_)):
+            return self.true if value else self.false
+        if isinstance(value, (int, np.integer)):
+            return self.integer(int(value))
+        if isinstance(value, (float, np.floating)):
+            return self.number(float(value))
+        return self.text(str(value))
 
-CSV = Style(csv_cells, separator=",", missing="")
-JSON = Style(json_cells, separator=",", missing="null", prefix="[", suffix="],")
+    def cells(self, column: pd.Series) -> pa.Array:
+        """A (non-categorical) column as cell texts, nulls where values are missing."""
+        dtype = column.dtype
+        if pd.api.types.is_bool_dtype(dtype):
+            return pc.if_else(_arrow(column, pa.bool_()), _text(self.true), _text(self.false))
+        if pd.api.types.is_integer_dtype(dtype):  # digits in every style
+            return pc.cast(_arrow(column), STRING)
+        if pd.api.types.is_float_dtype(dtype):
+            return _per_value(column, lambda v: self.number(float(v)))  # type: ignore[arg-type]
+        if self.texts is not None and _is_text(column):
+            return self.texts(_arrow(column, STRING))
+        return _per_value(column, self.value)  # mixed object column (key/value sections): a few cells
+
+
+def _csv_text(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _csv_texts(text: pa.Array) -> pa.Array:
+    return pc.binary_join_element_wise(_text('"'), pc.replace_substring(text, '"', '""'), _text('"'), _text(""))
+
+
+def _json_text(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _json_texts(text: pa.Array) -> pa.Array:
+    """Escaped once per distinct string."""
+    encoded = pc.dictionary_encode(text)
+    return pa.array([_json_text(v) for v in encoded.dictionary.to_pylist()], type=STRING).take(encoded.indices)
+
+
+# DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no, strings quoted.
+CSV = Style(missing="", true="yes", false="no", integer=str, number="{:.1f}".format, text=_csv_text,
+            texts=_csv_texts)
+JSON = Style(missing="null", true="true", false="false", integer=str, number=json.dumps, text=_json_text,
+             texts=_json_texts, prefix="[", suffix="],")
 
 
 class Cells:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..reports.base import Report, Section
 from .base import RunInfo, atomic_write, report_path, writer
-from .cells import CSV, Cells, csv_value
+from .cells import CSV, Cells
 
 # Rows formatted and written at a time: bounds the writer's memory (about 10 MB of text for the
 # iteration report's 21 columns, plus Arrow's intermediates) whatever the table size; larger
@@ -21,7 +21,7 @@ CHUNK_ROWS = 4096
 
 def _header_cell(text: str) -> str:
     """Titles and column names are bare unless they need quoting."""
-    return csv_value(text) if ("," in text or '"' in text) else text
+    return CSV.value(text) if ("," in text or '"' in text) else text
 
 
 def section_chunks(section: Section) -> Iterator[str | memoryview]:

@@ -44,6 +44,7 @@ from ..reports.base import Report, ReportContext, Section
 from ..timeline.breakdown import CLASSES
 from ..timeline.correlate import KERNEL
 from .base import RunInfo, writer
+from .cells import Style
 
 # Sub-runs (TensorBoard's runs are folders) for the iterations outside the aggregated range.
 BEFORE_RUN = "before_iter_start"
@@ -150,16 +151,9 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", " ")
 
 
-def md_cell(value: object) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
-        return ""
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):,.1f}"
-    return md_escape(str(value))
+# Markdown table cells: the CSV's values with thousands separators, text escaped.
+MARKDOWN = Style(missing="", true="yes", false="no", integer="{:,}".format, number="{:,.1f}".format, text=md_escape)
+md_cell = MARKDOWN.value
 
 
 def md_table(table: pd.DataFrame, note: str = "") -> str:
