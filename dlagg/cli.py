@@ -7,7 +7,6 @@ exit code; everything else raises.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
 import traceback
@@ -17,7 +16,7 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import DlaggError
-from .log import DIAGNOSTIC, NORMAL, Log
+from .log import DIAGNOSTIC, NORMAL, Log, glibc
 from .options import VERBOSITIES, Options
 from .pipeline import DLPROF_REPORTS, NOT_YET, run
 from .reports import REPORTS
@@ -142,11 +141,9 @@ def tune_process() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(M_ARENA_MAX, 1)
+    mallopt = glibc("mallopt")
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, 1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,15 +58,16 @@ def release_free_memory() -> None:
     glibc serves arrays below its (adaptive, up to 32 MB) mmap threshold from the heap and keeps
     what they leave when freed: measured, 100-170 MB of a 460 MB peak on transformer_amp_large.
     """
-    trim = _malloc_trim()
+    trim = glibc("malloc_trim")
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _malloc_trim():  # -> the C function, or None
+def glibc(name: str):  # -> the C function, or None
+    """A function of the process's C library that only glibc has, or None elsewhere."""
     try:
-        return ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):  # not glibc (musl, macOS, Windows)
         return None
 
