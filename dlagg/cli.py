@@ -18,7 +18,7 @@ from . import __version__
 from .errors import DlaggError
 from .log import DIAGNOSTIC, NORMAL, Log, glibc
 from .options import VERBOSITIES, Options
-from .pipeline import DLPROF_REPORTS, NOT_YET, run
+from .pipeline import run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS
@@ -56,11 +56,8 @@ def iteration(text: str) -> int:
 
 def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
-    for name in DLPROF_REPORTS:
-        if name in REPORTS:
-            lines.append(f"  {name:<15} {REPORTS[name].description}")
-        else:
-            lines.append(f"  {name:<15} ({NOT_YET.removeprefix('is ')})")
+    for name, spec in REPORTS.items():
+        lines.append(f"  {name:<15} {spec.description}")
     lines += [
         "",
         "examples:",

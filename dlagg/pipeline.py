@@ -12,18 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
+from .context import RankContext
 from .errors import OptionsError, OutputError
 from .log import Log, release_free_memory
 from .model import Iterations, Profile
 from .options import Options
 from .reader import check_input, load_profile
-from .reports import REPORTS, Report, ReportContext
+from .reports import REPORTS, Report
+from .reports.base import build_order
 from .timeline.iterations import detect_iterations
 from .writers import WRITERS, RunInfo
 
-# DLProf's report names; those not registered yet are refused by name with this note.
-DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems")
-NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
 # Threads writing reports while the next ones are built (the CI machine has two cores).
@@ -40,34 +39,16 @@ class Result:
 
 
 def resolve_reports(requested: tuple[str, ...]) -> list[str]:
-    """Report names in build order; 'all' means every registered report."""
-    names: list[str] = []
+    """The requested report names, in registry order; 'all' means every registered report."""
+    names: set[str] = set()
     for name in requested:
         if name == "all":
-            names.extend(REPORTS)
+            names.update(REPORTS)
         elif name in REPORTS:
-            names.append(name)
-        elif name in DLPROF_REPORTS:
-            raise OptionsError(f"--reports: report '{name}' {NOT_YET}; available: {', '.join(REPORTS)}")
+            names.add(name)
         else:
             raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
-    ordered: list[str] = []
-
-    def visit(name: str) -> None:
-        if name not in ordered:
-            for dep in REPORTS[name].depends:
-                visit(dep)
-            ordered.append(name)
-
-    for name in dict.fromkeys(names):
-        visit(name)
-    return [n for n in ordered if n in names]
-
-
-def build_order(names: list[str]) -> list[str]:
-    """`names` with the bulk reports (one row per kernel) first, so that writing them overlaps the
-    building of the others; they depend on no other report."""
-    return sorted(names, key=lambda n: not REPORTS[n].bulk)
+    return [n for n in REPORTS if n in names]
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
@@ -141,7 +122,7 @@ def run(options: Options, log: Log | None = None) -> Result:
             todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
         warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; {todo}")
 
-    ctx = ReportContext(profile, iterations, options)
+    ctx = RankContext(profile, iterations, options)
     info = RunInfo(
         source=profile.meta.source,
         nsys_version=profile.meta.nsys_version,
@@ -153,16 +134,18 @@ def run(options: Options, log: Log | None = None) -> Result:
         iteration_window_ns=iterations.window,
         profile_name=options.profile_name,
         dlagg_version=__version__,
-        context=ctx,
+        gpu_names=tuple(str(n) for n in profile.gpus["name"]),
+        reports=tuple(names),
     )
     formats = _writers(options)
-    reports: list[Report] = []
+    needed = [n for fmt in formats for n in WRITERS[fmt].needs] if names else []
+    built: dict[str, Report] = {}
     writes = _Writes(log)
     # A report is written (CSV, JSON) while the next ones are built: writers spend their time in
     # Arrow compute and file writes, which release the GIL, builders mostly in pandas. Bulk
     # reports (one row per kernel) are built first, so their writing overlaps the most.
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-        for name in build_order(names):
+        for name in build_order([*names, *needed]):
             spec = REPORTS[name]
             empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
             if empty:
@@ -170,19 +153,21 @@ def run(options: Options, log: Log | None = None) -> Result:
                                 "(was the run profiled with 'nsys profile -t cuda'?)")
                 continue
             with log.stage(f"built {name} report"):
-                built = ctx.report(name)
-            reports.append(built)
-            warnings.extend(built.warnings)
+                built[name] = spec.build(ctx, {dep: built[dep] for dep in spec.depends})
+            if name not in names:
+                continue
+            warnings.extend(built[name].warnings)
             for fmt in formats:
                 if WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, [built], _out_dir(options, fmt), info)
+                    writes.submit(pool, fmt, [built[name]], _out_dir(options, fmt), info)
         for warning in dict.fromkeys(warnings):
             log.warn(warning)
-        reports.sort(key=lambda r: names.index(r.name))  # back in the order reports are listed in
+        reports = [built[n] for n in names if n in built]  # in the order reports are listed in
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, reports, _out_dir(options, fmt), info)
+                    given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
+                    writes.submit(pool, fmt, given, _out_dir(options, fmt), info)
         written = writes.results(formats, names)
     return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))
 
@@ -210,7 +195,8 @@ class _Writes:
             job.result()
         release_free_memory()
         written: list[Path] = []
-        jobs = sorted(self.jobs, key=lambda j: names.index(j[1]))
+        order = {name: k for k, name in enumerate(REPORTS)}
+        jobs = sorted(self.jobs, key=lambda j: order[j[1]])
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
             if done:

@@ -43,6 +43,7 @@ forward op instead: (forward op, backward node name, occurrence), and shares its
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,7 +127,7 @@ def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
     return Ops(instances, ops, np.full(work_rows, -1, dtype=np.int64), warnings)
 
 
-def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series,
+def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: Callable[[np.ndarray], np.ndarray],
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
     rng = profile.nvtx
@@ -499,7 +500,7 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
-             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame,
+             work_instance: np.ndarray, uses_tc: Callable[[np.ndarray], np.ndarray], api: pd.DataFrame,
              api_instance: np.ndarray) -> pd.DataFrame:
     """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
@@ -514,7 +515,7 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
     span = np.where(last >= first, last - first, 0)
     is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
     tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
     duration = end - start
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()
