@@ -33,7 +33,7 @@ from .timeline.correlate import gpu_work
 
 # Op text figures -> op table column (one value per op) or instance column.
 OP_TEXT = {"op_id": "op_id", "op_name": "op_name", "direction": "direction", "op_type": "op_type",
-           "data_types": "data_types"}
+           "data_types": "data_types", "op_key": "op_key"}
 
 
 class RankContext:

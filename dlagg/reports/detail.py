@@ -13,13 +13,13 @@ import pandas as pd
 from ..context import RankContext
 from ..ops.aggregate import first_non_empty, op_usage
 from .base import Report, report
-from .figures import ANY, COUNT, KEY, SUM, Field, Table
+from .figures import ANY, COUNT, KEY, MIN, SUM, Field, Table
 from .op_stats import METRIC_FIELDS, metric_columns
 
 FIELDS = (
     Field("op_id", "Op ID"),
-    Field("op_name", "Op Name", merge=KEY),
-    Field("direction", "Direction", merge=KEY),
+    Field("op_name", "Op Name"),
+    Field("direction", "Direction"),
     Field("op_type", "Op Type"),
     Field("calls", "No. Calls", COUNT, merge=SUM),
     Field("tc_eligible", "TC Eligible", merge=ANY),
@@ -27,6 +27,9 @@ FIELDS = (
     *METRIC_FIELDS,
     Field("data_type", "Data Type"),
     Field("stack_trace", "Stack Trace"),
+    Field("op_key", "Op Key", merge=KEY, csv=False),
+    Field("forward_op_key", "Forward Op Key", csv=False),
+    Field("order", "Order Of First Appearance", merge=MIN, csv=False),
 )
 
 
@@ -54,14 +57,13 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     calls = grouped.size()
     table = pd.DataFrame({"calls": calls, **metric_columns(grouped, calls)})
     keys = table.index
-    for column in ("op_id", "op_name", "direction", "op_type", "tc_eligible"):
+    for column in ("op_id", "op_name", "direction", "op_type", "tc_eligible", "op_key", "forward_op_key", "order"):
         table[column] = ops[column].reindex(keys).to_numpy()
     table["tc_eligible"] = table["tc_eligible"].astype(bool)
     table["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
     table["data_type"] = first_non_empty(inst, "data_types").reindex(keys).fillna("").to_numpy()
     table["stack_trace"] = first_non_empty(inst, "stack").reindex(keys).fillna("").to_numpy()
-    table["_first"] = ops["first_start"].reindex(keys).to_numpy()
-    table = table.sort_values(["gpu_time_total_ns", "_first"], ascending=[False, True], kind="stable")
+    table = table.sort_values(["gpu_time_total_ns", "order"], ascending=[False, True], kind="stable")
     frame = table[[f.key for f in FIELDS]].reset_index(drop=True)
     return Report("detail", "detailed", (Table("ops", "All Iterations", FIELDS, frame),), warnings=ctx.ops.warnings)
 

@@ -35,7 +35,7 @@ STATS = tuple(f for f in METRIC_FIELDS if not f.key.endswith("_avg_ns"))  # what
 # Base figures: one row per (group path, op).
 BASE_FIELDS = (
     Field("path", "Group Path", merge=KEY),
-    Field("op", "Op", merge=KEY),
+    Field("op", "Op Key", merge=KEY),
     Field("tc_eligible", "TC Eligible", merge=ANY),
     Field("using_tc", "Using TC", merge=ANY),
     FIELDS[1],
@@ -54,10 +54,12 @@ def per_path_op(ctx: RankContext) -> pd.DataFrame:
         columns[total.key] = grouped[column].sum()
         columns[low.key] = grouped[column].min()
         columns[high.key] = grouped[column].max()
-    base = pd.DataFrame(columns).rename_axis(["path", "op"]).reset_index()
+    base = pd.DataFrame(columns).rename_axis(["path", "key"]).reset_index()
     ops = ctx.ops.ops
-    base["tc_eligible"] = ops["tc_eligible"].reindex(base["op"].to_numpy()).to_numpy(dtype=bool)
-    base["using_tc"] = op_usage(inst).reindex(base["op"].to_numpy()).to_numpy(dtype=bool)
+    keys = base["key"].to_numpy()
+    base["op"] = ops["op_key"].reindex(keys).to_numpy(dtype=object)
+    base["tc_eligible"] = ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool)
+    base["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
     return base
 
 

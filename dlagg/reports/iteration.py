@@ -34,6 +34,7 @@ FIELDS = (
     Field("data_types", "Data Types"),
     Field("input_shapes", "Input Shapes"),
     Field("long_kernel_name", "Long Kernel Name"),
+    Field("op_key", "Op Key", csv=False),
 )
 
 
@@ -67,5 +68,6 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
         "long_kernel_name": strings.categorical(rows["name_id"].to_numpy()),
+        "op_key": ops["op_key"],
     })
     return Report("iteration", "iteration", (Table("launches", "Iteration Report", FIELDS, frame),))

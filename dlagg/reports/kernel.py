@@ -20,17 +20,18 @@ GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
 API = stat_fields("api_time", "API Time", avg="Avg")
 FIELDS = (
     Field("kernel_name", "Kernel Name"),
-    Field("op_id", "Op ID", merge=KEY),
-    Field("op_name", "Op Name", merge=KEY),
-    Field("direction", "Direction", merge=KEY),
+    Field("op_id", "Op ID"),
+    Field("op_name", "Op Name"),
+    Field("direction", "Direction"),
     Field("uses_tc", "Uses TC", merge=ANY),
     *GPU,
     *API,
     Field("calls", "Calls", COUNT, merge=SUM),
     Field("long_kernel_name", "Long Kernel Name", merge=KEY),
     Field("api_calls", "Calls With A Launch API Call", COUNT, merge=SUM, csv=False),
+    Field("op_key", "Op Key", merge=KEY, csv=False),
 )
-GROUP = ["name_id", "op_id", "op_name", "direction"]
+GROUP = ["name_id", "op_key", "op_id", "op_name", "direction"]
 
 
 @report("kernel", requires={"kernels"})
@@ -38,7 +39,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per kernel and op: GPU and launch-API time (total/avg/min/max) and calls, over the aggregated iterations."""
     work = ctx.selected_work
     kernels = work[work["kind"].to_numpy() == KERNEL]
-    ops = pd.DataFrame(ctx.op_columns(kernels.index, ("op_id", "op_name", "direction")), index=kernels.index)
+    ops = pd.DataFrame(ctx.op_columns(kernels.index, ("op_id", "op_name", "direction", "op_key")), index=kernels.index)
     has_api = kernels["api_start"].to_numpy() >= 0
     frame = pd.DataFrame({
         "name_id": kernels["name_id"].to_numpy(),

@@ -16,12 +16,12 @@ from ..context import RankContext
 from ..timeline.correlate import KERNEL
 from .base import Report, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, DERIVED, KEY, NS, PERCENT, SUM, Field, Table
+from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table
 
 FIELDS = (
     Field("op_id", "Op ID"),
-    Field("op_name", "Op Name", merge=KEY),
-    Field("direction", "Direction", merge=KEY),
+    Field("op_name", "Op Name"),
+    Field("direction", "Direction"),
     Field("op_type", "Op Type"),
     Field("uses_tc", "Uses TC", merge=ANY),
     Field("kernel_time_ns", "Total GPU Time (ns)", NS, merge=SUM),
@@ -33,6 +33,8 @@ FIELDS = (
     Field("tc_kernel_names", "TC Kernel Names"),
     Field("non_tc_kernels", "Non-TC Kernel Count", COUNT, merge=SUM),
     Field("non_tc_kernel_names", "Non-TC Kernel Names"),
+    Field("op_key", "Op Key", merge=KEY, csv=False),
+    Field("order", "Order Of First Appearance", merge=MIN, csv=False),
 )
 
 
@@ -86,8 +88,9 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "tc_kernel_names": tc_names.reindex(sums.index).fillna("").to_numpy(),
         "non_tc_kernels": (sums["kernels"] - sums["tc_kernels"]).to_numpy(),
         "non_tc_kernel_names": other_names.reindex(sums.index).fillna("").to_numpy(),
-        "_first": ops["first_start"].to_numpy(),
+        "op_key": ops["op_key"].to_numpy(),
+        "order": ops["order"].to_numpy(),
     })
-    table = table.sort_values(["kernel_time_ns", "_first"], ascending=[False, True], kind="stable")
+    table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
     return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS,
                                                   table[[f.key for f in FIELDS]].reset_index(drop=True)),))
