@@ -141,6 +141,8 @@ class ProfileMeta:
     start: int  # earliest event start (ns)
     end: int  # latest event end (ns)
     warnings: tuple[str, ...] = ()
+    session_start_utc: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs: the session clock's 0
+    process: int | None = None  # globalPid of the one process read, None when the whole file was read
 
 
 class NvtxDetails(Protocol):

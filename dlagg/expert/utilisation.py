@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..classify import DATALOADER_RANGE
+from ..comm.collectives import comm_kernel_mask
 from ..timeline.breakdown import CLASS_LABELS
 from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
 from .facts import Facts
@@ -127,6 +128,11 @@ def dominant_kernels(facts: Facts) -> list[Finding]:
     """A few kernels take most of the GPU time: say which, with their share."""
     kernels = facts.selected_kernels
     require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
+    # Communication kernels spend their time moving data and waiting for other ranks: the
+    # communication finding speaks for them (Tensor Cores or cuDNN settings do nothing for NCCL).
+    kernels = kernels[~comm_kernel_mask(facts.ctx, kernels)]
+    if kernels.empty:
+        return []
     text, time = facts.top_kernels(kernels, limit=DOMINANT_TOP)
     total = float(time.sum())
     top_ids = time.index[:DOMINANT_TOP]

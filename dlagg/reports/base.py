@@ -1,8 +1,11 @@
-"""Report values and the report registry.
+"""Report values, the report registry, and the figures of ranks and jobs that reports are built from.
 
-Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder,
-``build(ctx, deps) -> Report``: `ctx` is the rank's `RankContext`, `deps` the reports it declared in
-``depends`` (built first, by the runner). The CLI's ``--reports`` choices and ``--help`` text come
+Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder.
+A rank report is built per rank, ``build(ctx, deps) -> Report``: `ctx` is the rank's `RankContext`,
+`deps` the reports it declared in ``depends`` (built first, by the runner). When a job has several
+ranks, the report's ``@merges`` function combines the ranks' reports into the job's (with its
+dependencies already combined). A job report (``scope=JOB``) is built once from every rank's
+figures: ``build(job, deps) -> Report``. The CLI's ``--reports`` choices and ``--help`` text come
 from the registry (first docstring line).
 
 A report holds figures (``figures.Table``): exact values under stable keys. Formatting (titles,
@@ -12,14 +15,23 @@ rounding, yes/no) belongs to the writers.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
+import pandas as pd
+
+from ..comm import Matched, RankComm
+from ..model import Iterations, ProfileMeta, categorical
+from ..ops.assign import op_ids
+from ..reader.discover import Job, RankSource
 from .figures import Table
 
 if TYPE_CHECKING:
     from ..context import RankContext
+
+RANK, JOB = "rank", "job"  # report scopes
 
 
 @dataclass(frozen=True)
@@ -41,8 +53,67 @@ class Report:
         raise KeyError(f"report {self.name} has no table {key!r}; it has {', '.join(t.key for t in self.tables)}")
 
 
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank reduced: where it came from, its iterations, its reports and its communication.
+    Small enough to travel from a worker process: no event table is in it."""
+
+    source: RankSource
+    meta: ProfileMeta
+    gpus: pd.DataFrame  # device_id, name, ... of the rank's export
+    iterations: Iterations
+    reports: Mapping[str, Report]
+    ops: pd.DataFrame  # the rank's ops by name: op_key, op_type, order, forward_op_key (for Op IDs over ranks)
+    comm: RankComm | None
+    warnings: tuple[str, ...]
+    seconds: float  # time taken to reduce it
+
+
+@dataclass(frozen=True)
+class JobFigures:
+    """Every rank's figures, and what relates them: aligned clocks and matched collectives."""
+
+    job: Job
+    ranks: tuple[RankFigures, ...]  # ordered by rank
+    matched: Matched | None  # None when no rank reduced its communication
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Rank -> ns added to its timestamps to put them on the job's clock (0 without collectives)."""
+        return dict(self.matched.offsets) if self.matched else {r.source.rank: 0 for r in self.ranks}
+
+    @property
+    def rank_numbers(self) -> list[int]:
+        return [r.source.rank for r in self.ranks]
+
+    @cached_property
+    def op_ids(self) -> pd.Series:
+        """Op key -> DLProf Op ID over every rank's ops (numbered as one rank's are: ops.op_ids)."""
+        ops = pd.concat([r.ops for r in self.ranks], ignore_index=True)
+        if ops.empty:
+            return pd.Series(dtype=object)
+        ops = ops.groupby("op_key", sort=False).agg({"op_type": "first", "order": "min", "forward_op_key": "first"})
+        ops = ops.reset_index()
+        return pd.Series(op_ids(ops), index=ops["op_key"].to_numpy())
+
+    def renumber_ops(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` with its op_id column renumbered from its op_key column over the whole job."""
+        if "op_id" not in frame or frame.empty:
+            return frame
+        keys = frame["op_key"]
+        if isinstance(keys.dtype, pd.CategoricalDtype):  # per distinct key
+            ids = self.op_ids.reindex(keys.cat.categories.to_numpy()).fillna("").to_numpy(dtype=object)
+            return frame.assign(op_id=categorical(keys.cat.codes.to_numpy(), ids))
+        return frame.assign(op_id=self.op_ids.reindex(keys.to_numpy()).fillna("").to_numpy(dtype=object))
+
+
 class ReportBuilder(Protocol):
     def __call__(self, ctx: RankContext, deps: Mapping[str, Report]) -> Report: ...
+
+
+# Combines one report's per-rank results into the job's: (the ranks' reports in rank order, the job's
+# figures, the job's already combined dependencies) -> the job's report.
+Merger = Callable[[Sequence[Report], JobFigures, Mapping[str, Report]], Report]
 
 
 @dataclass(frozen=True)
@@ -55,9 +126,13 @@ class ReportSpec:
     depends: tuple[str, ...] = ()  # reports whose figures the builder reads (passed in `deps`)
     # One row per event (100 k+ rows): built first, so that writing it overlaps building the others.
     bulk: bool = False
+    scope: str = RANK  # RANK: built per rank (and merged); JOB: built once from every rank's figures
+    # A job report is written when the job has several ranks or communication, or when asked for by name.
+    only_with_ranks: bool = False
 
 
 REPORTS: dict[str, ReportSpec] = {}
+MERGERS: dict[str, Merger] = {}
 
 
 def report(
@@ -67,6 +142,8 @@ def report(
     requires: Iterable[str] = (),
     depends: Iterable[str] = (),
     bulk: bool = False,
+    scope: str = RANK,
+    only_with_ranks: bool = False,
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -76,8 +153,20 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk,
+            bulk, scope, only_with_ranks,
         )
+        return fn
+
+    return register
+
+
+def merges(name: str) -> Callable[[Merger], Merger]:
+    """Register how report `name` combines over ranks."""
+
+    def register(fn: Merger) -> Merger:
+        if name in MERGERS:
+            raise RuntimeError(f"duplicate merger for {name!r}")
+        MERGERS[name] = fn
         return fn
 
     return register
@@ -102,9 +191,10 @@ def build_order(names: Iterable[str]) -> list[str]:
 
 
 def build_reports(ctx: RankContext, names: Iterable[str]) -> dict[str, Report]:
-    """Build `names` (and the reports they depend on) for one rank, in dependency order."""
+    """Build the rank reports among `names` (and the reports they depend on), in dependency order."""
     built: dict[str, Report] = {}
     for name in build_order(names):
         spec = REPORTS[name]
-        built[name] = spec.build(ctx, {dep: built[dep] for dep in spec.depends})
+        if spec.scope == RANK:
+            built[name] = spec.build(ctx, {dep: built[dep] for dep in spec.depends})
     return built

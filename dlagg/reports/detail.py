@@ -6,15 +6,15 @@ iterations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from ..context import RankContext
 from ..ops.aggregate import first_non_empty, op_usage
-from .base import Report, report
-from .figures import ANY, COUNT, KEY, MIN, SUM, Field, Table
-from .op_stats import METRIC_FIELDS, metric_columns
+from .base import JobFigures, Report, merges, report
+from .figures import ANY, COUNT, KEY, MIN, SUM, Field, Table, derive_averages, merge_tables, summed_over
+from .op_stats import METRIC_FIELDS, average_pairs, metric_columns
 
 FIELDS = (
     Field("op_id", "Op ID"),
@@ -68,12 +68,22 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     return Report("detail", "detailed", (Table("ops", "All Iterations", FIELDS, frame),), warnings=ctx.ops.warnings)
 
 
-def tc_kernel_utilization(ctx: RankContext) -> float | None:
-    """dlagg's Tensor Core Kernel Utilization %: share of the kernel time of TC-eligible ops (aggregated
-    iterations) spent in Tensor Core kernels; None when no eligible op ran a kernel."""
+def tc_kernel_times(ctx: RankContext) -> tuple[int, int]:
+    """(kernel time, Tensor Core kernel time) of the TC-eligible ops in the aggregated iterations: dlagg's
+    Tensor Core Kernel Utilization % is the second as a share of the first."""
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)] if len(inst) else inst
-    total = int(eligible["kernel_time"].sum()) if len(eligible) else 0
-    if total == 0:
-        return None
-    return 100.0 * int(eligible["tc_kernel_time"].sum()) / total
+    if eligible.empty:
+        return 0, 0
+    return int(eligible["kernel_time"].sum()), int(eligible["tc_kernel_time"].sum())
+
+
+@merges("detail")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """The same op (by its key) combines over ranks: calls and totals add up, minima and maxima of the
+    ranks', averages over all calls; Op IDs are numbered over the job."""
+    table = merge_tables([r.main for r in reports], lambda frame: derive_averages(frame, average_pairs("calls")))
+    frame = job.renumber_ops(table.frame).sort_values(["gpu_time_total_ns", "order"], ascending=[False, True],
+                                                      kind="stable")
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("detail", "detailed", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

@@ -8,14 +8,16 @@ lack of data, so an empty report is distinguishable from a profile nothing could
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from ..context import RankContext
 from ..expert import Finding, run_detectors
-from .base import Report, report
+from ..expert.base import iteration_list
+from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table
+from .ranks import job_findings
 
 FIELDS = (
     Field("problem", "Problem"),
@@ -72,3 +74,44 @@ def feedback_text(built: Report) -> str:
         else:
             lines.append(f"  (severity {row.severity})")
     return "\n".join(lines)
+
+
+@merges("expert_systems")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Each detector's finding of the rank where it has most at stake (with the ranks it fired on), and the
+    findings only the ranks together show (straggler, communication); ranked by time at stake."""
+    ranks = job.rank_numbers
+    stacked = pd.concat([r.main.frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)],
+                        ignore_index=True)
+    fired = stacked.groupby("detector", sort=False)["rank"].agg(lambda values: iteration_list(values))
+    worst = (stacked.assign(_stake=stacked["time_at_stake_ns"].astype("Float64").fillna(-1.0))
+             .sort_values(["_stake", "rank"], ascending=[False, True], kind="stable").drop_duplicates("detector"))
+    worst = worst.assign(ranks=fired.reindex(worst["detector"]).to_numpy(dtype=object),
+                         evidence="rank " + worst["rank"].astype(str) + " (the rank with most at stake): "
+                         + worst["evidence"].astype(str))
+    job_found = findings_frame(job_findings(job)).assign(ranks="all")
+    frame = pd.concat([worst.drop(columns=["_stake", "rank"]), job_found], ignore_index=True)
+    frame = frame.assign(_stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
+        "_stake", ascending=False, kind="stable").drop(columns="_stake")
+    statuses = pd.concat([r.table("detectors").frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)])
+    detectors = statuses.groupby("detector", sort=False).apply(_status, include_groups=False).reset_index()
+    detectors = pd.concat([detectors, pd.DataFrame({"detector": ["straggler", "communication"],
+                                                    "status": ["fired" if (job_found["detector"] == d).any()
+                                                               else "silent" for d in ("straggler", "communication")],
+                                                    "missing_data": ["", ""]})], ignore_index=True)
+    fields = (*FIELDS, Field("ranks", "Ranks"))
+    return Report("expert_systems", "expert_systems", (
+        Table("findings", "Expert Systems Feedback", fields, frame[[f.key for f in fields]].reset_index(drop=True)),
+        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors[[f.key for f in DETECTOR_FIELDS]]),
+    ))
+
+
+def _status(rows: pd.DataFrame) -> pd.Series:
+    """A detector's status over ranks: 'fired on ranks 0-2', 'silent', or 'not run' (and why)."""
+    fired = rows[rows["status"] == "fired"]["rank"].to_numpy()
+    if len(fired):
+        return pd.Series({"status": f"fired on ranks {iteration_list(fired)}", "missing_data": ""})
+    missing = rows[rows["status"] == "not run"]
+    if len(missing) == len(rows):
+        return pd.Series({"status": "not run", "missing_data": str(missing["missing_data"].iloc[0])})
+    return pd.Series({"status": "silent", "missing_data": ""})

@@ -16,7 +16,7 @@ Fields also say how a figure combines over ranks (``merge``): ``key`` columns id
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -164,3 +164,22 @@ def derive_averages(frame: pd.DataFrame, pairs: Iterable[tuple[str, str, str]]) 
         with np.errstate(divide="ignore", invalid="ignore"):
             out[avg] = np.where(calls > 0, out[total].to_numpy(dtype=np.float64) / calls, np.nan)
     return out
+
+
+RANK_FIELD = Field("rank", "Rank", merge=KEY)
+
+
+def with_rank(tables: Sequence[Table], ranks: Sequence[int]) -> Table:
+    """Several ranks' tables of the same kind stacked, each row with its rank first."""
+    first = tables[0]
+    frames = [t.frame.assign(rank=rank) for t, rank in zip(tables, ranks, strict=True)]
+    frame = pd.concat(frames, ignore_index=True) if frames else first.frame.assign(rank=[])
+    fields = (RANK_FIELD, *first.fields)
+    return Table(first.key, first.title, fields, frame[[f.key for f in fields]], first.key_value, first.csv)
+
+
+def summed_over(table: Table, ranks: int) -> Table:
+    """The table with the titles of its summed time figures saying they add up several ranks' GPUs."""
+    fields = tuple(replace(f, title=f.title.replace("(ns)", f"(ns, sum over {ranks} ranks)"))
+                   if f.merge == SUM and f.unit == NS else f for f in table.fields)
+    return Table(table.key, table.title, fields, table.frame, table.key_value, table.csv)

@@ -12,16 +12,16 @@ prefix, and the base figures of several ranks combine before the prefixes are de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..context import RankContext
 from ..ops.aggregate import op_usage, path_prefixes
-from .base import Report, report
+from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, KEY, SUM, Field, Table, derive_averages
+from .figures import ANY, COUNT, KEY, SUM, Field, Table, derive_averages, merge_tables, summed_over
 from .op_stats import METRIC_FIELDS, METRICS, average_pairs
 
 FIELDS = (
@@ -94,3 +94,14 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         Table("groups", "Group Op Report", FIELDS, by_prefix(base)),
         Table("path_ops", "Group Path Ops", BASE_FIELDS, base[[f.key for f in BASE_FIELDS]], csv=False),
     ))
+
+
+@merges("group_node")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """The base figures per (group path, op) combine over ranks; the prefix rows are derived from them."""
+    base = merge_tables([r.table("path_ops") for r in reports])
+    groups = reports[0].main
+    rows = by_prefix(base.frame) if len(base) else groups.frame
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("group_node", "group_node", (summed_over(groups.with_frame(rows), len(reports)), base),
+                  warnings=warnings)

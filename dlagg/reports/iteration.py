@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from ..context import RankContext
 from ..timeline.correlate import KERNEL
-from .base import Report, report
-from .figures import NS, Field, Table
+from .base import JobFigures, Report, merges, report
+from .figures import NS, Field, Table, with_rank
 
 FIELDS = (
     Field("iteration", "Iteration"),
@@ -71,3 +72,19 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "op_key": ops["op_key"],
     })
     return Report("iteration", "iteration", (Table("launches", "Iteration Report", FIELDS, frame),))
+
+
+@merges("iteration")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Every rank's launches, rank by rank, with times on the job's clock (ranks aligned)."""
+    offsets = job.offsets
+    tables = []
+    for report, rank in zip(reports, job.rank_numbers, strict=True):  # ranks, not events
+        frame = report.main.frame
+        shift = offsets.get(rank, 0)
+        frame = frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift, api_start_ns=frame["api_start_ns"] + shift)
+        tables.append(report.main.with_frame(job.renumber_ops(frame)))
+    stacked = with_rank(tables, job.rank_numbers)
+    fields = tuple(replace(f, title=f.title.replace("(ns)", "(ns, job clock)")) if f.key.endswith("start_ns") else f
+                   for f in stacked.fields)
+    return Report("iteration", "iteration", (Table(stacked.key, stacked.title, fields, stacked.frame),))

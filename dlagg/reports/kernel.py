@@ -6,15 +6,16 @@ GPU time is the kernel's duration; API time the duration of the CUDA call that l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..context import RankContext
 from ..timeline.correlate import KERNEL
-from .base import Report, report
-from .figures import ANY, COUNT, KEY, SUM, Field, Table, stat_columns, stat_fields
+from .base import JobFigures, Report, merges, report
+from .figures import (ANY, COUNT, KEY, SUM, Field, Table, derive_averages, merge_tables, stat_columns, stat_fields,
+                      summed_over)
 
 GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
 API = stat_fields("api_time", "API Time", avg="Avg")
@@ -68,3 +69,16 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     frame = table[[f.key for f in FIELDS]].reset_index(drop=True)
     warnings = () if len(kernels) else ("kernel: no kernel ran in the aggregated iterations",)
     return Report("kernel", "kernel", (Table("kernels", "Kernel Report", FIELDS, frame),), warnings=warnings)
+
+
+@merges("kernel")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Rows of the same kernel and op combine over ranks; times add up over the ranks' GPUs."""
+    table = merge_tables([r.main for r in reports], lambda frame: derive_averages(
+        frame, [("gpu_time_avg_ns", "gpu_time_total_ns", "calls"), ("api_time_avg_ns", "api_time_total_ns",
+                                                                     "api_calls")]))
+    frame = job.renumber_ops(table.frame).sort_values(["gpu_time_total_ns", "calls"], ascending=[False, False],
+                                                      kind="stable")
+    frame["api_time_avg_ns"] = frame["api_time_avg_ns"].astype("Float64")
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("kernel", "kernel", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

@@ -7,14 +7,14 @@ maxima of the ops' minima and maxima, averages = total / calls).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from ..context import RankContext
-from .base import Report, report
+from .base import JobFigures, Report, merges, report
 from .detail import empty
-from .figures import COUNT, KEY, SUM, Field, Table, derive_averages
+from .figures import COUNT, KEY, SUM, Field, Table, derive_averages, summed_over
 from .op_stats import METRIC_FIELDS, average_pairs
 
 FIELDS = (
@@ -52,3 +52,10 @@ def build_from(detail: Report) -> Report:
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per op type: number of ops and calls, CPU/GPU time, CPU overhead and GPU idle."""
     return build_from(deps["detail"])
+
+
+@merges("op_type")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """From the job's combined detail report, as for one rank."""
+    built = build_from(deps["detail"])
+    return Report(built.name, built.file_suffix, (summed_over(built.main, len(reports)),), built.warnings)

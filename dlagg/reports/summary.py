@@ -11,7 +11,8 @@ Two figures DLProf titles "CPU Time (ns)" mean different things, and their keys 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -20,14 +21,17 @@ from .. import __version__
 from ..context import RankContext
 from ..timeline.breakdown import CLASS_LABELS, CLASSES
 from ..timeline.correlate import KERNEL, memory_label
-from .base import Report, report
-from .detail import tc_kernel_utilization
-from .figures import COUNT, NS, PERCENT, Field, Table, key_values
+from .base import JobFigures, Report, merges, report
+from .detail import tc_kernel_times
+from .figures import COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
 
 PARTITION = (*CLASSES, "other")
 
 WALL_CLOCK = Field("wall_clock_ns", "Wall Clock Time (ns)", NS)
 TC_UTILIZATION = Field("tc_kernel_utilization_pct", "Tensor Core Kernel Utilization %", PERCENT, digits=1)
+# What the TC utilization is the share of (kept so that several ranks' figures combine exactly).
+ELIGIBLE_KERNEL_TIME = Field("tc_eligible_kernel_time_ns", "Kernel Time of TC-Eligible Ops (ns)", NS, csv=False)
+ELIGIBLE_TC_TIME = Field("tc_eligible_tc_kernel_time_ns", "TC Kernel Time of TC-Eligible Ops (ns)", NS, csv=False)
 GPU_UTILIZATION = Field("gpu_utilization_pct", "GPU Utilization %", PERCENT, digits=1)
 SHARES = {name: Field(f"{name}_duration_pct", CLASS_LABELS[name], PERCENT, digits=1) for name in PARTITION}
 
@@ -54,6 +58,11 @@ ITERATION_FIELDS = (
     Field("kernels", "Kernels Launched", COUNT),
     Field("kernel_time_ns", "Kernel Time (ns)", NS),
     Field("tc_kernel_time_ns", "Tensor Core Kernel Time (ns)", NS),
+)
+KERNEL_NAME_FIELDS = (
+    Field("name", "Kernel Name", merge=KEY),
+    Field("tensor_core", "Uses TC", merge=KEY),
+    Field("memory", "Memory Operation", merge=KEY),
 )
 OP_TYPE_ITERATION_FIELDS = (
     Field("iteration", "Iteration"),
@@ -101,7 +110,30 @@ def share(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
-def kernel_totals(ctx: RankContext) -> pd.DataFrame:
+KERNEL_ROWS = ("All kernels", "Kernels using TC", "Memory", "All other kernels")
+
+
+def kernel_names(ctx: RankContext) -> pd.DataFrame:
+    """The distinct names of the aggregated iterations' GPU work: kernels (with their TC use) and
+    memory operations (``[CUDA memcpy HtoD]``), which All Kernels counts."""
+    work = ctx.selected_work
+    is_kernel = work["kind"].to_numpy() == KERNEL
+    ids = np.unique(work["name_id"].to_numpy()[is_kernel])
+    memory = pd.unique(memory_label(ctx.profile, work[~is_kernel]).to_numpy(dtype=object))
+    return pd.DataFrame({
+        "name": np.concatenate((ctx.profile.strings.decode(ids).to_numpy(dtype=object), memory)),
+        "tensor_core": np.concatenate((ctx.uses_tc(ids), np.zeros(len(memory), dtype=bool))),
+        "memory": np.concatenate((np.zeros(len(ids), dtype=bool), np.ones(len(memory), dtype=bool))),
+    })
+
+
+def distinct_counts(names: pd.DataFrame) -> list[int]:
+    """# Kernels of the All Kernels rows (KERNEL_ROWS order) from the distinct names."""
+    tc, memory = names["tensor_core"].to_numpy(dtype=bool), names["memory"].to_numpy(dtype=bool)
+    return [len(names), int(tc.sum()), int(memory.sum()), int((~tc & ~memory).sum())]
+
+
+def kernel_totals(ctx: RankContext, names: pd.DataFrame) -> pd.DataFrame:
     """All Kernels: GPU time, launch-API time and distinct names of the aggregated iterations' GPU work."""
     work = ctx.selected_work
     is_kernel = work["kind"].to_numpy() == KERNEL
@@ -109,22 +141,13 @@ def kernel_totals(ctx: RankContext) -> pd.DataFrame:
     gpu_time = (work["end"] - work["start"]).to_numpy()
     has_api = work["api_start"].to_numpy() >= 0
     api_time = np.where(has_api, (work["api_end"] - work["api_start"]).to_numpy(), 0)
-    memory_names = memory_label(ctx.profile, work[~is_kernel])
-    names = work["name_id"].to_numpy()
-
-    def row(label: str, mask: np.ndarray, distinct: int) -> tuple[str, int, int, int]:
-        return (label, int(gpu_time[mask].sum()), int(api_time[mask].sum()), distinct)
-
-    return pd.DataFrame(
-        [
-            row("All kernels", np.ones(len(work), dtype=bool),
-                len(np.unique(names[is_kernel])) + memory_names.nunique()),
-            row("Kernels using TC", tc, len(np.unique(names[tc]))),
-            row("Memory", ~is_kernel, memory_names.nunique()),
-            row("All other kernels", is_kernel & ~tc, len(np.unique(names[is_kernel & ~tc]))),
-        ],
-        columns=[f.key for f in KERNEL_FIELDS],
-    )
+    masks = (np.ones(len(work), dtype=bool), tc, ~is_kernel, is_kernel & ~tc)
+    return pd.DataFrame({
+        "kernels": KERNEL_ROWS,
+        "gpu_time_ns": [int(gpu_time[m].sum()) for m in masks],
+        "launch_api_time_ns": [int(api_time[m].sum()) for m in masks],
+        "distinct_kernels": distinct_counts(names),
+    })
 
 
 def op_totals(ops: Table) -> pd.DataFrame:
@@ -189,14 +212,17 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """System config, wall-clock partition (TC/kernel/memory/dataloader/IO/CPU/other), iterations, totals."""
     its = ctx.iterations
     per_iteration = iteration_figures(ctx)
+    names = kernel_names(ctx)
     agg = per_iteration[per_iteration["aggregated"].to_numpy()]
     wall = int(agg["duration_ns"].sum())
     summary: list[tuple[Field, object]] = [(WALL_CLOCK, wall)]
-    tc_util = tc_kernel_utilization(ctx)  # defined in reports/detail.py and docs/ops.md
+    eligible, eligible_tc = tc_kernel_times(ctx)  # defined in reports/detail.py and docs/ops.md
+    tc_util = share(eligible_tc, eligible) if eligible else None
     if tc_util is not None:
         summary.append((TC_UTILIZATION, tc_util))
     summary.append((GPU_UTILIZATION, share(float(agg["gpu_busy_ns"].sum()), wall)))
     summary += [(SHARES[name], share(float(agg[f"{name}_ns"].sum()), wall)) for name in PARTITION]
+    summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
 
     durations = agg["duration_ns"].to_numpy(dtype=np.float64)
     iterations: list[tuple[Field, object]] = [
@@ -215,13 +241,97 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
             key_values("system", "System Config", system_config(ctx)),
             key_values("summary", "Summary Report", summary),
             key_values("iterations_summary", "Iterations", iterations),
-            Table("all_kernels", "All Kernels", KERNEL_FIELDS, kernel_totals(ctx)),
+            Table("all_kernels", "All Kernels", KERNEL_FIELDS, kernel_totals(ctx, names)),
             Table("all_ops", "All Ops", OP_FIELDS, op_totals(deps["detail"].main)),
             Table("iterations", "Iterations", ITERATION_FIELDS, per_iteration, csv=False),
             Table("op_type_iterations", "GPU Time per Op Type and Iteration", OP_TYPE_ITERATION_FIELDS,
                   op_type_iterations(ctx), csv=False),
+            Table("kernel_names", "Kernel Names", KERNEL_NAME_FIELDS, names, csv=False),
         ),
         warnings=() if tc_util is not None else (
             "summary: no Tensor Core Kernel Utilization %: no Tensor-Core-eligible op ran a kernel in the "
             "aggregated iterations (see the detail report)",),
     )
+
+
+def _job_system(reports: Sequence[Report], job: JobFigures) -> list[tuple[Field, object]]:
+    """Rank 0's system lines, with the GPUs the ranks ran on (a device per host, named from each rank's export)."""
+    used: dict[tuple[str, int], str] = {}
+    for rank in job.ranks:  # ranks, not events
+        names = dict(zip(rank.gpus["device_id"].to_numpy().tolist(), rank.gpus["name"].astype(str), strict=True))
+        for device in rank.source.devices:
+            used.setdefault((rank.source.host, device), names.get(device, ""))
+    first = reports[0].table("system")
+    lines: list[tuple[Field, object]] = [(f, first.values[f.key]) for f in first.fields]
+    lines = [(f, v) for f, v in lines if f.key not in ("gpu_count", "gpu_names")]
+    gpus: list[tuple[Field, object]] = [(Field("gpu_count", "GPU Count", COUNT), len(used))]
+    if any(used.values()):
+        gpus.append((Field("gpu_names", "GPU Name(s)"), ", ".join(n for _, n in sorted(used.items()))))
+    return gpus + lines
+
+
+@merges("summary")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Per-GPU figures over ranks: the wall clock spans every rank's aggregated iterations (job clock);
+    utilization and duration percentages are each rank's, averaged over the ranks (as DLProf averaged
+    GPU utilization over GPUs); iteration times are every rank's iterations; kernel and op time totals
+    add up over the ranks' GPUs."""
+    ranks = job.rank_numbers
+    offsets = job.offsets
+    per = with_rank([r.table("iterations") for r in reports], ranks)
+    shift = per.frame["rank"].map(offsets).to_numpy()
+    frame = per.frame.assign(start_ns=per.frame["start_ns"] + shift, end_ns=per.frame["end_ns"] + shift)
+    per = per.with_frame(frame)
+    agg = frame[frame["aggregated"].to_numpy(dtype=bool)]
+    wall = int(agg["end_ns"].max() - agg["start_ns"].min()) if len(agg) else 0
+    values = [r.table("summary").values for r in reports]
+
+    def mean(key: str) -> float:
+        return float(np.mean([v[key] for v in values]))
+
+    eligible = sum(int(v[ELIGIBLE_KERNEL_TIME.key]) for v in values)
+    eligible_tc = sum(int(v[ELIGIBLE_TC_TIME.key]) for v in values)
+    summary: list[tuple[Field, object]] = [(WALL_CLOCK, wall)]
+    if eligible:
+        summary.append((TC_UTILIZATION, share(eligible_tc, eligible)))
+    summary.append((GPU_UTILIZATION, mean(GPU_UTILIZATION.key)))
+    summary += [(SHARES[name], mean(SHARES[name].key)) for name in PARTITION]
+    summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
+
+    counts = [r.iterations.count for r in job.ranks]
+    key_nodes = list(dict.fromkeys(r.iterations.key_node or "(not found)" for r in job.ranks))
+    first = job.ranks[0].iterations
+    durations = agg["duration_ns"].to_numpy(dtype=np.float64)
+    iterations: list[tuple[Field, object]] = [
+        (Field("key_node", "Key Node"), ", ".join(key_nodes)),
+        (Field("total_iterations", "Total Iterations", COUNT), min(counts)),
+        (Field("aggregated_iterations", "Aggregated Iterations", COUNT), first.stop - first.start + 1),
+        (Field("start_iteration", "Start Iteration"), first.start),
+        (Field("stop_iteration", "Stop Iteration"), min(r.iterations.stop for r in job.ranks)),
+        (Field("iteration_time_avg_ns", "Average Iteration Time (ns)", NS, digits=1),
+         float(durations.mean()) if len(durations) else 0.0),
+        (Field("iteration_time_std_ns", "Iteration Time Standard Deviation", NS, digits=1),
+         float(durations.std()) if len(durations) else 0.0),
+    ]
+    names = merge_tables([r.table("kernel_names") for r in reports])
+    kernels = reports[0].table("all_kernels")
+    totals = pd.concat([r.table("all_kernels").frame for r in reports]).groupby("kernels", sort=False)[
+        ["gpu_time_ns", "launch_api_time_ns"]].sum().reindex(KERNEL_ROWS).reset_index()
+    totals["distinct_kernels"] = distinct_counts(names.frame)
+    sums = tuple(replace(f, merge=SUM) if f.unit == NS else f for f in KERNEL_FIELDS)
+    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
+    if len(set(counts)) > 1:
+        warnings.append("summary: ranks found different numbers of iterations ("
+                        + ", ".join(f"rank {n}: {c}" for n, c in zip(ranks, counts, strict=True))
+                        + "); Total Iterations is the smallest")
+    return Report("summary", "summary", (
+        key_values("system", "System Config", _job_system(reports, job)),
+        key_values("summary", "Summary Report", summary),
+        key_values("iterations_summary", "Iterations", iterations),
+        summed_over(Table("all_kernels", "All Kernels", sums, totals[[f.key for f in KERNEL_FIELDS]]), len(ranks)),
+        summed_over(Table("all_ops", "All Ops", tuple(replace(f, merge=SUM) if f.unit == NS else f for f in OP_FIELDS),
+                          op_totals(deps["detail"].main)), len(ranks)),
+        per,
+        with_rank([r.table("op_type_iterations") for r in reports], ranks),
+        names,
+    ), warnings=tuple(warnings))

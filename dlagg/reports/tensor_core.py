@@ -7,16 +7,16 @@ op's GPU work. TC Utilization = TC kernel time / total kernel time of the op.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..context import RankContext
 from ..timeline.correlate import KERNEL
-from .base import Report, report
+from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table
+from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
 
 FIELDS = (
     Field("op_id", "Op ID"),
@@ -94,3 +94,28 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
     return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS,
                                                   table[[f.key for f in FIELDS]].reset_index(drop=True)),))
+
+
+def _union_names(values: pd.Series) -> str:
+    """', '-joined kernel-name lists of several ranks as one sorted list of distinct names."""
+    return ", ".join(sorted({n for v in values for n in str(v).split(", ") if n}))
+
+
+@merges("tensor")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """The same op combines over ranks: kernel times and counts add up, kernel names are united."""
+    frames = [r.main.frame for r in reports]
+    stacked = pd.concat(frames, ignore_index=True)
+    names = stacked.groupby("op_key", sort=False)[["tc_kernel_names", "non_tc_kernel_names"]].agg(_union_names)
+
+    def derive(frame: pd.DataFrame) -> pd.DataFrame:
+        total = frame["kernel_time_ns"].to_numpy()
+        out = frame.assign(tc_utilization_pct=100.0 * frame["tc_kernel_time_ns"].to_numpy() / np.where(total > 0, total, 1))
+        return out.assign(tc_kernel_names=names["tc_kernel_names"].reindex(out["op_key"]).to_numpy(),
+                          non_tc_kernel_names=names["non_tc_kernel_names"].reindex(out["op_key"]).to_numpy())
+
+    table = merge_tables([r.main for r in reports], derive)
+    frame = job.renumber_ops(table.frame).sort_values(["kernel_time_ns", "order"], ascending=[False, True],
+                                                      kind="stable")
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("tensor", "tensor_core", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

@@ -28,6 +28,7 @@ class RunInfo:
     dlagg_version: str
     gpu_names: tuple[str, ...] = ()
     reports: tuple[str, ...] = ()  # the reports the user asked for (a writer may be given more)
+    ranks: tuple[int, ...] = (0,)  # the ranks the outputs describe
 
 
 class Writer(Protocol):

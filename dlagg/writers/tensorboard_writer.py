@@ -83,15 +83,41 @@ SCALAR_DESCRIPTIONS = {
                               "(first active class wins; the classes sum to the iteration time)."
        for name, title in DURATION_TITLES.items()},
 }
+# The ranks report's per-iteration figures, charted per rank (one TensorBoard run per rank).
+RANK_TAGS = {
+    "compute_kernel_ns": "ranks/compute_kernel_ms",
+    "comm_kernel_ns": "ranks/communication_kernel_ms",
+    "comm_wait_ns": "ranks/communication_wait_ms",
+    "exposed_comm_ns": "ranks/exposed_communication_ms",
+    "gpu_idle_ns": "ranks/gpu_idle_ms",
+    "launch_lateness_ns": "ranks/launch_lateness_ms",
+}
+SCALAR_DESCRIPTIONS.update({
+    "ranks/compute_kernel_ms": "Union of the compute (not communication) kernels in the iteration, ms.",
+    "ranks/communication_kernel_ms": "Union of the communication (NCCL) kernels in the iteration, ms.",
+    "ranks/communication_wait_ms": "This rank's waits at the iteration's collectives (its duration minus the "
+                                   "collective's shortest over ranks), ms.",
+    "ranks/exposed_communication_ms": "Communication kernel time not overlapped by compute kernels, ms.",
+    "ranks/gpu_idle_ms": "Time of the iteration with no kernel, copy or memset running, ms.",
+    "ranks/launch_lateness_ms": "How late this rank arrived at the iteration's collectives (its kernel start minus "
+                                "the earliest rank's, job clock), summed, ms.",
+})
 OP_TYPE_PREFIX = "op_type_gpu_ms/"
 OP_TYPE_DESCRIPTION = ("GPU time of the calls of this op type starting in the iteration (per call: union of its "
                        "kernels and memory operations, as in the op_type report), ms.")
 
 
-def iteration_scalars(summary: Report) -> pd.DataFrame:
-    """Per-iteration scalar values from the summary's per-iteration figures: index = iteration, one
-    column per tag (NaN where undefined)."""
-    its = summary.table("iterations").frame
+def _of_rank(table: Table, rank: int | None) -> pd.DataFrame:
+    """A per-iteration table's rows of one rank (all rows when the table has no rank column)."""
+    frame = table.frame
+    return frame[frame["rank"].to_numpy() == rank] if rank is not None and "rank" in frame else frame
+
+
+def iteration_scalars(summary: Report, rank: int | None = None, ranks: Report | None = None) -> pd.DataFrame:
+    """Per-iteration scalar values from the summary's per-iteration figures (of one rank of several):
+    index = iteration, one column per tag (NaN where undefined); with the ranks report, the rank's
+    communication figures too."""
+    its = _of_rank(summary.table("iterations"), rank)
     duration = its["duration_ns"].to_numpy(dtype=np.float64)
     frame = pd.DataFrame(index=pd.Index(its["iteration"].to_numpy(), name="iteration"))
     frame["iteration/time_ms"] = duration / NS_PER_MS
@@ -104,17 +130,21 @@ def iteration_scalars(summary: Report) -> pd.DataFrame:
     frame["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
     for name in PARTITION:
         frame[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
-    ops = op_type_scalars(summary)
+    if ranks is not None and rank is not None:
+        comm = _of_rank(ranks.table("iterations"), rank).set_index("iteration")
+        for key, tag in RANK_TAGS.items():
+            frame[tag] = comm[key].reindex(frame.index).to_numpy(dtype=np.float64) / NS_PER_MS
+    ops = op_type_scalars(summary, rank)
     # An iteration without a charted op type spent no GPU time in it: 0, not a gap.
     return frame.join(ops).fillna({column: 0.0 for column in ops.columns})
 
 
-def op_type_scalars(summary: Report) -> pd.DataFrame:
+def op_type_scalars(summary: Report, rank: int | None = None) -> pd.DataFrame:
     """GPU time per iteration of the top op types (empty frame when no op is known)."""
-    per = summary.table("op_type_iterations").frame
+    per = _of_rank(summary.table("op_type_iterations"), rank)
     if per.empty:
         return pd.DataFrame(index=pd.Index([], name="iteration"))
-    aggregated = summary.table("iterations").frame
+    aggregated = _of_rank(summary.table("iterations"), rank)
     selected = set(aggregated["iteration"].to_numpy()[aggregated["aggregated"].to_numpy(dtype=bool)].tolist())
     wide = per.pivot_table(index="iteration", columns="op_type", values="gpu_time_ns", aggfunc="sum", fill_value=0)
     wide = wide.reindex(sorted(wide.columns), axis=1)  # ties: by name
@@ -217,7 +247,17 @@ def scalars_layout(tags: Sequence[str]):  # -> layout_pb2.Layout (imported lazil
     def chart(title: str, *patterns: str) -> layout_pb2.Chart:
         return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
 
-    categories = [
+    categories = []
+    if any(t.startswith("ranks/") for t in tags):  # several ranks: each chart has a line per rank (run)
+        categories.append(layout_pb2.Category(title="Ranks", chart=[
+            chart("Iteration time per rank (ms)", r"^iteration/time_ms$"),
+            chart("Communication wait per rank (ms)", r"^ranks/communication_wait_ms$"),
+            chart("Launch lateness per rank (ms)", r"^ranks/launch_lateness_ms$"),
+            chart("Exposed communication per rank (ms)", r"^ranks/exposed_communication_ms$"),
+            chart("Compute kernels per rank (ms)", r"^ranks/compute_kernel_ms$"),
+            chart("GPU idle per rank (ms)", r"^ranks/gpu_idle_ms$"),
+        ]))
+    categories += [
         layout_pb2.Category(title="Iterations", chart=[
             chart("Iteration time (ms)", r"^iteration/time_ms$"),
             chart("GPU utilization (%)", r"^iteration/gpu_utilization_pct$"),
@@ -332,13 +372,22 @@ class TensorboardWriter:
         summary = next((r for r in reports if r.name == "summary"), None)
         if summary is None:
             raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
-        values = iteration_scalars(summary)
-        steps = values.index.to_numpy()
+        ranks = next((r for r in reports if r.name == "ranks"), None)
+        several = "rank" in summary.table("iterations").frame
         wall_time = time.time()
         shown = [r for r in reports if r.name in info.reports]
-        main_events = _static_events(shown, info, list(values.columns), wall_time)
-        main_events += _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
-        outside = {BEFORE_RUN: values[steps < info.iter_start], AFTER_RUN: values[steps > info.iter_stop]}
+        runs: dict[str, list] = {}  # run folder (relative) -> events
+        tags: list[str] = []
+        for rank in (info.ranks if several else (None,)):  # ranks, not events
+            values = iteration_scalars(summary, rank, ranks)
+            steps = values.index.to_numpy()
+            tags += [t for t in values.columns if t not in tags]
+            folder = f"rank{rank}" if several else ""
+            runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
+            for run, part in ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop])):
+                if len(part):
+                    runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
+        runs[""] = _static_events(shown, info, tags, wall_time) + runs.get("", [])
         final = out_dir / info.profile_name
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -348,10 +397,7 @@ class TensorboardWriter:
             raise OutputError(f"{out_dir}: cannot create the event-file folder ({exc.strerror}); "
                               "choose another --output_path or --tb_dir") from None
         try:
-            written = [_write_run(staging, main_events)]
-            for run, part in outside.items():
-                if len(part):
-                    written.append(_write_run(staging / run, _scalar_events(part, wall_time)))
+            written = [_write_run(staging / run if run else staging, events) for run, events in runs.items()]
             _swap_in(staging, final)
         except OSError as exc:
             raise OutputError(f"{final}: cannot write TensorBoard event files ({exc.strerror}); "
