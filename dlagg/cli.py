@@ -178,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        print(f"dlagg: error: out of memory on {Path(str(options.nsys_database)).name}; dlagg needs up to about twice the "
+        source = Path(str(options.nsys_database)).name
+        print(f"dlagg: error: out of memory on {source}; dlagg needs up to about twice the "
               "export's size in memory: run it on a machine with more", file=sys.stderr)
         return INTERNAL
     except Exception as exc:  # a bug: one line, the traceback only when asked for

@@ -134,12 +134,13 @@ def _per_iteration(ctx: RankContext, comm: np.ndarray) -> pd.DataFrame:
     kernel = work["kind"].to_numpy() == KERNEL
     devices = np.unique(work["device_id"].to_numpy()) if len(work) else np.zeros(0, np.int64)
     sums = np.zeros((4, len(starts)), dtype=np.float64)
+    start, end = work["start"].to_numpy(), work["end"].to_numpy()
+
+    def covered(mask: np.ndarray) -> np.ndarray:
+        return intervals.overlap_per_window(start[mask], end[mask], starts, ends).astype(np.float64)
+
     for device in devices:  # a rank's GPUs: one, rarely a few
         on = work["device_id"].to_numpy() == device
-        start, end = work["start"].to_numpy(), work["end"].to_numpy()
-
-        def covered(mask: np.ndarray) -> np.ndarray:
-            return intervals.overlap_per_window(start[mask], end[mask], starts, ends).astype(np.float64)
 
         compute = covered(on & kernel & ~comm)
         communication = covered(on & comm)

@@ -79,11 +79,11 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     """Every rank's launches, rank by rank, with times on the job's clock (ranks aligned)."""
     offsets = job.offsets
     tables = []
-    for report, rank in zip(reports, job.rank_numbers, strict=True):  # ranks, not events
-        frame = report.main.frame
+    for built, rank in zip(reports, job.rank_numbers, strict=True):  # ranks, not events
+        frame = built.main.frame
         shift = offsets.get(rank, 0)
         frame = frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift, api_start_ns=frame["api_start_ns"] + shift)
-        tables.append(report.main.with_frame(job.renumber_ops(frame)))
+        tables.append(built.main.with_frame(job.renumber_ops(frame)))
     stacked = with_rank(tables, job.rank_numbers)
     fields = tuple(replace(f, title=f.title.replace("(ns)", "(ns, job clock)")) if f.key.endswith("start_ns") else f
                    for f in stacked.fields)

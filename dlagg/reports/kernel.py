@@ -14,8 +14,19 @@ import pandas as pd
 from ..context import RankContext
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
-from .figures import (ANY, COUNT, KEY, SUM, Field, Table, derive_averages, merge_tables, stat_columns, stat_fields,
-                      summed_over)
+from .figures import (
+    ANY,
+    COUNT,
+    KEY,
+    SUM,
+    Field,
+    Table,
+    derive_averages,
+    merge_tables,
+    stat_columns,
+    stat_fields,
+    summed_over,
+)
 
 GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
 API = stat_fields("api_time", "API Time", avg="Avg")

@@ -108,9 +108,7 @@ def rank_table(job: JobFigures) -> pd.DataFrame:
         n = its.stop - its.start + 1
         per = r.comm.iterations if r.comm is not None else pd.DataFrame()
         mine = colls[colls["rank"].to_numpy() == rank]
-
-        def mean(column: str) -> float:
-            return float(per[column].mean()) if len(per) else float("nan")
+        mean = per.mean() if len(per) else pd.Series(dtype=np.float64)
 
         rows.append({
             "rank": rank,
@@ -118,12 +116,12 @@ def rank_table(job: JobFigures) -> pd.DataFrame:
             "pid": r.source.pid,
             "gpu": ",".join(str(d) for d in r.source.devices),
             "iterations": its.count,
-            "iteration_time_ns": mean("duration"),
-            "compute_kernel_ns": mean("compute"),
-            "comm_kernel_ns": mean("comm"),
+            "iteration_time_ns": float(mean.get("duration", np.nan)),
+            "compute_kernel_ns": float(mean.get("compute", np.nan)),
+            "comm_kernel_ns": float(mean.get("comm", np.nan)),
             "comm_wait_ns": float(mine["wait"].sum()) / n,
-            "exposed_comm_ns": mean("exposed"),
-            "gpu_idle_ns": mean("idle"),
+            "exposed_comm_ns": float(mean.get("exposed", np.nan)),
+            "gpu_idle_ns": float(mean.get("idle", np.nan)),
             "launch_lateness_ns": float(mine["lateness"].sum()) / n,
             "clock_offset_ns": int(job.offsets.get(rank, 0)),
             "clock_residual_ns": float(residual.get(rank, 0.0)),

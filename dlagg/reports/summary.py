@@ -314,7 +314,6 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
          float(durations.std()) if len(durations) else 0.0),
     ]
     names = merge_tables([r.table("kernel_names") for r in reports])
-    kernels = reports[0].table("all_kernels")
     totals = pd.concat([r.table("all_kernels").frame for r in reports]).groupby("kernels", sort=False)[
         ["gpu_time_ns", "launch_api_time_ns"]].sum().reindex(KERNEL_ROWS).reset_index()
     totals["distinct_kernels"] = distinct_counts(names.frame)

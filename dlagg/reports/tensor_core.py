@@ -110,7 +110,8 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
 
     def derive(frame: pd.DataFrame) -> pd.DataFrame:
         total = frame["kernel_time_ns"].to_numpy()
-        out = frame.assign(tc_utilization_pct=100.0 * frame["tc_kernel_time_ns"].to_numpy() / np.where(total > 0, total, 1))
+        tc = frame["tc_kernel_time_ns"].to_numpy()
+        out = frame.assign(tc_utilization_pct=100.0 * tc / np.where(total > 0, total, 1))
         return out.assign(tc_kernel_names=names["tc_kernel_names"].reindex(out["op_key"]).to_numpy(),
                           non_tc_kernel_names=names["non_tc_kernel_names"].reindex(out["op_key"]).to_numpy())
 

@@ -384,7 +384,8 @@ class TensorboardWriter:
             tags += [t for t in values.columns if t not in tags]
             folder = f"rank{rank}" if several else ""
             runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
-            for run, part in ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop])):
+            outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
+            for run, part in outside:
                 if len(part):
                     runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
         runs[""] = _static_events(shown, info, tags, wall_time) + runs.get("", [])
