@@ -379,6 +379,8 @@ def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]
     ids = arrow.column("id")
     ids = ids.to_numpy().astype(np.int64, copy=False) if len(ids) else np.empty(0, np.int64)
     values = nv.valid_utf8(arrow.column("value"))
+    if len(values) == 0:  # an empty result has no declared type in Arrow (the driver says int64)
+        values = pa.array([], type=pa.string())
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     return ids, values
