@@ -149,8 +149,8 @@ def test_dlprof_marker_recording(tmp_path: Path) -> None:
     built = {r.name: r for r in run(options).reports}
     detail = built["detail"].table.set_index("Op ID")
     conv = detail.loc["CONV2D_1"]
-    assert conv["Op Name"].startswith("/<module>/dummy_network::_call_impl/") and conv["Op Name"].endswith("/conv2d")
+    assert conv["Op Name"].startswith("/module/dummy_network::_call_impl/") and conv["Op Name"].endswith("/conv2d")
     assert conv["Data Type"] == "float32" and "dummy_network.py:25" in conv["Stack Trace"]
     assert conv["TC Eligible"] == "yes" and conv["Total GPU Time (ns)"] > 0
     names = set(built["group_node"].table["Name"])
-    assert "/<module>/dummy_network::_call_impl/dummy_network::forward/" in names
+    assert "/module/dummy_network::_call_impl/dummy_network::forward/" in names
