@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", dest="nsys_database", metavar="FILE", required=True,
-        help="the nsys SQLite export to read (opened read-only, never changed)")
+    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILE", required=True,
+        help="the nsys SQLite export, or nvprof database (nvprof -o / .nvvp), to read (read-only, never changed)")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",

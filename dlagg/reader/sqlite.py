@@ -45,7 +45,8 @@ NVTX_SLICE_ROWS = 1 << 18
 # Worker threads for the reads; more than the cores only adds memory.
 READ_THREADS = max(1, min(4, os.cpu_count() or 1))
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
-DAMAGED = "{path}: cannot read the database ({exc}); the export may be truncated: export the nsys report again"
+DAMAGED = "{path}: cannot read the database ({exc}); the file may be truncated: {again}"
+AGAIN = "export the nsys report again"  # what to do about a damaged file (nvprof databases: record again)
 
 
 def _uri(path: Path) -> str:
@@ -83,6 +84,7 @@ class Database:
     def __init__(self, path: Path) -> None:
         check_input(path)
         self.path = path
+        self.again = AGAIN
         self._local = threading.local()
         self._adbc: list[object] = []
         try:
@@ -95,7 +97,7 @@ class Database:
             }
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
-                             "export the nsys report again") from None
+                             "export the nsys report (or record the nvprof database) again") from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -117,7 +119,7 @@ class Database:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
 
     def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
         conn = getattr(self._local, "adbc", None)
@@ -154,7 +156,7 @@ class Database:
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
         finally:
             conn.close()
         return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)})
@@ -387,15 +389,20 @@ def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read every table dlagg uses from the nsys export at `path`."""
+    """Read every table dlagg uses from the nsys export, or nvprof database (``reader/nvprof.py``), at `path`."""
     path = Path(path)
     db = Database(path)
+    from .nvprof import is_nvprof, read_nvprof  # here: nvprof.py builds on this module
+
     try:
+        if is_nvprof(db):
+            return read_nvprof(db)
         known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
         strings_table = db.find(schema.STRING_TABLES)
         if strings_table is None or not known:
-            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
-                             "event tables); pass the file made by 'nsys export --type sqlite'")
+            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+                             "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
+                             "'nsys export --type sqlite' or 'nvprof -o'")
         nvtx = _NvtxRead(db, strings_table)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
