@@ -1,4 +1,4 @@
-"""Reader stage: nsys SQLite export -> `Profile`."""
+"""Reader stage: nsys SQLite export, or nvprof database (``reader/nvprof.py``) -> `Profile`."""
 
 from .sqlite import check_input, load_profile
 
