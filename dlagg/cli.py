@@ -95,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", dest="nsys_database", metavar="FILES", required=True,
-        help="the nsys SQLite export(s) to read, opened read-only: a file, a comma list, a glob ('rank*.sqlite') "
-             "or a folder; each file may hold several processes (ranks)")
+    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", required=True,
+        help="the nsys SQLite export(s) or nvprof databases (nvprof -o / .nvvp) to read, read-only: a file, a comma "
+             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks)")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",

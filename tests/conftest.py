@@ -33,3 +33,12 @@ def public_fixtures() -> list[Path]:
     found = {p.name: p for p in sorted((SHARED / "public").glob("*.sqlite"))}
     found.update({p.name: p for p in sorted((BUNDLED / "public").glob("*.sqlite"))})
     return [found[k] for k in sorted(found)]
+
+
+def nvprof_fixture(name: str) -> Path:
+    """A file of the nvprof fixture (bundled first, then ../shared); skips when absent."""
+    for base in (BUNDLED, SHARED):
+        path = base / "nvprof" / name
+        if path.exists():
+            return path
+    pytest.skip(f"nvprof fixture {name} not available (neither in fixtures/ nor in {SHARED})")

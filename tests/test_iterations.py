@@ -109,6 +109,14 @@ def test_key_node_not_found_gives_one_iteration_and_candidates(tmp_path: Path) -
     assert its.candidates[0] == "fwd_bwd"
 
 
+def test_autograd_ranges_are_never_steps(tmp_path: Path) -> None:
+    """PyTorch < 1.5 writes emit_nvtx ops without a namespace (``item, seq = 9``): no step either."""
+    names = ["item, seq = 9", "torch::autograd::AccumulateGrad", "sum, seq = 0"] * 4 + ["epoch"] * 2
+    profile = load_profile(steps(tmp_path, names))
+    its = detect_iterations(profile)
+    assert not its.found and its.candidates == ("epoch",)
+
+
 def test_regular_top_level_range_is_detected_without_key_node(tmp_path: Path) -> None:
     profile = load_profile(steps(tmp_path, ["fwd_bwd"] * 4))
     its = detect_iterations(profile)

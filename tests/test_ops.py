@@ -160,30 +160,6 @@ def test_nested_ranges_innermost_op_and_group_paths(tmp_path: Path) -> None:
     assert groups.loc["/", "gpu_time_total_ns"] == 200 + 100
 
 
-def test_nested_dlprof_markers_innermost_wins(tmp_path: Path) -> None:
-    """DLProf's plugin nests a helper's traceMarker inside linear's; a kernel goes to the innermost."""
-    outer = "{'traceMarker': ['net.py:28'], 'funcStack': '/<module>/Net::forward/Linear::forward/linear'}"
-    outer_args = ("{'mod': 'torch.nn.functional', 'op': 'linear', 'args': [{'name': '', 'type': 'tensor', "
-                  "'shape': (1, 400), 'dtype': 'float16'}, {'name': '', 'type': 'tensor', 'shape': (120, 400), "
-                  "'dtype': 'float16'}]}")
-    inner = "{'traceMarker': ['net.py:28', 'functional.py:1846'], 'funcStack': '/<module>/Net::forward/linear/helper'}"
-    b = Builder()
-    b.range(0, 1000, outer)
-    b.range(10, 990, outer_args)
-    b.range(20, 100, inner)
-    b.launch(30, 40, 50, 60, "helper_kernel")
-    b.range(200, 900, "aten::linear, seq = 7")
-    b.launch(300, 310, 320, 420, "h1688gemm")
-    ctx = context(b, tmp_path)
-    ops = by_name(ctx)
-    linear = ops.loc["/<module>/Net::forward/Linear::forward/linear"]
-    assert linear["op_type"] == "linear" and linear["data_types"] == "float16"
-    assert linear["input_shapes"] == "[1, 400]; [120, 400]" and linear["stack"] == "net.py:28"
-    assert linear["kernels"] == 1 and linear["tc_kernels"] == 1
-    assert linear["path"] == "/<module>/Net::forward/Linear::forward/"
-    assert ops.loc["/<module>/Net::forward/linear/helper", "kernels"] == 1
-
-
 def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
     b = Builder()
     b.cross_thread_range(0, 1000, "async_region", end_tid=TID + 5)

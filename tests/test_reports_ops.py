@@ -150,8 +150,8 @@ def test_dlprof_marker_recording(tmp_path: Path) -> None:
     built = {r.name: r for r in run(options).reports}
     detail = built["detail"].main.frame.set_index("op_id")
     conv = detail.loc["CONV2D_1"]
-    assert conv["op_name"].startswith("/<module>/dummy_network::_call_impl/") and conv["op_name"].endswith("/conv2d")
+    assert conv["op_name"].startswith("/module/dummy_network::_call_impl/") and conv["op_name"].endswith("/conv2d")
     assert conv["data_type"] == "float32" and "dummy_network.py:25" in conv["stack_trace"]
     assert conv["tc_eligible"] and conv["gpu_time_total_ns"] > 0
     names = set(built["group_node"].main.frame["name"])
-    assert "/<module>/dummy_network::_call_impl/dummy_network::forward/" in names
+    assert "/module/dummy_network::_call_impl/dummy_network::forward/" in names

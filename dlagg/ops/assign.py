@@ -22,12 +22,18 @@ Which ranges are ops (heads). Every range nests in a per-thread tree (``tree.For
 node, ranges enclosing it, ranges ending on another thread and ranges of domains not selected
 with ``--domains`` define nothing. Then:
 
-- a DLProf/PyProf ``traceMarker`` range is an op (nested ones too: innermost wins, like DLProf);
-  its ``{'mod','op','args'}`` child gives op type, data types and shapes;
-- an ``emit_nvtx`` range, library-domain range or lone ``{'mod','op'}`` marker is an op when no
-  framework range encloses it: ``aten::conv2d`` is the op, the ``aten::convolution`` ->
+- a DLProf/PyProf ``{'mod','op','args'}`` range is an op when no other such range encloses it
+  (DLProf's rule: ``torch.relu`` inside ``F.relu``, ``has_torch_function_variadic`` inside
+  ``F.linear`` are not ops, their work is the outer op's). The ``{'traceMarker': ...}`` range
+  around it (its parent) gives the op's name (the function stack) and stack trace, and defines
+  nothing itself; a traceMarker with no ``{'mod','op'}`` child is an op like one;
+- an ``emit_nvtx`` range or library-domain range is an op when no framework range (those two, or
+  a dict-marker op) encloses it: ``aten::conv2d`` is the op, the ``aten::convolution`` ->
   ``aten::cudnn_convolution`` chain below it is its implementation (splitting it would give four
-  rows per layer, three without GPU work, and move autocast's casts out of the layer);
+  rows per layer, three without GPU work, and move autocast's casts out of the layer). In a
+  profile with dict markers, an emit_nvtx range without an autograd ``seq`` that encloses one
+  with a ``seq`` defines nothing (PyProf names such work by the ``seq`` markers:
+  ``torch::autograd::AccumulateGrad`` > ``add_, seq = 0`` is the op ``add_``);
 - a plain user range is an op when it encloses no other range (``data`` in a loop without
   ``emit_nvtx``); user ranges that enclose ops are group nodes (``/forward/``).
 
@@ -54,7 +60,7 @@ import pandas as pd
 
 from ..classify import op_tc_eligible
 from ..errors import OptionsError
-from ..model import Iterations, Profile, categorical
+from ..model import Iterations, Profile, categorical, factorize_ids
 from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
 from ..timeline.iterations import glob_regex
@@ -117,7 +123,10 @@ def _domain_filter(profile: Profile, domains: tuple[str, ...]) -> np.ndarray | N
 
 
 def _op_id_stem(op_type: str) -> str:
-    return re.sub(r"[^A-Z0-9]+", "_", op_type.upper()).strip("_") or "OP"
+    """``conv2d`` -> ``CONV2D``; a dict marker's in-place ``uniform_`` keeps its underscore (DLProf's
+    ``UNIFORM__1``)."""
+    stem = re.sub(r"[^A-Z0-9]+", "_", op_type.upper()).strip("_")
+    return stem + "_" * (len(op_type) - len(op_type.rstrip("_"))) if stem else "OP"
 
 
 def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
@@ -148,7 +157,8 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
     if not keep.any():
         return empty_ops(len(work), tuple(warnings))
-    parsed = mk.parse_markers(profile.strings, profile.nvtx_names)
+    seq_ids = factorize_ids(rng["text_id"].to_numpy()[rng["seq"].to_numpy() >= 0])[0]
+    parsed = mk.parse_markers(profile.strings, profile.nvtx_names, seq_ids)
     found = _instances(profile, iterations, work, parsed, keep)
     if found is None:
         return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
@@ -183,6 +193,9 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
     domain = rng["domain_id"].to_numpy()[rows_of]
     # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
     kind[_among(kind, mk.USER, mk.FORWARD) & (domain != 0)] = mk.LIBRARY
+    seq = rng["seq"].to_numpy()[rows_of]
+    if parsed.dict_markers:
+        kind[_seq_less_wrappers(forest, kind, seq)] = mk.PASS
 
     # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
     if iterations.found:
@@ -219,13 +232,11 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
         "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
     }, copy=False)
     del domain, path_code
-    h["detail"] = _trace_details(h, kind, forest.parent, name)
+    h["name"], h["detail"] = _dict_names(h, kind, forest.parent, name)
     del name
-    h["direction"] = _direction_codes(names)[h["name"].to_numpy()]
+    h["direction"] = _direction_codes(names)[h["detail"].to_numpy()]
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
-
-    seq = rng["seq"].to_numpy()[rows_of]
     del rows_of
     linked = _link_backward(forest, kind, seq, instance_at, h)
     del seq, kind
@@ -270,21 +281,42 @@ def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, parsed
     return above
 
 
+def _seq_less_wrappers(forest: Forest, kind: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Mask of emit_nvtx ranges without an autograd seq that enclose one with a seq.
+
+    PyProf names a kernel by the ``seq`` markers around it before any other (``add_, seq = 0``
+    inside ``torch::autograd::AccumulateGrad``; a backward node inside autograd's
+    ``evaluate_function`` range), so in a dict-marker profile those wrappers define nothing.
+    """
+    emit = _among(kind, mk.FORWARD, mk.BACKWARD)
+    below = np.zeros(len(forest), dtype=bool)  # some emit range with a seq strictly below
+    reach = emit & (seq >= 0)
+    for level in reversed(forest.levels[1:]):  # bottom-up, nesting levels, not events
+        parent = forest.parent[level]
+        marked = (reach[level] | below[level]) & (parent >= 0)
+        below[parent[marked]] = True
+    return emit & (seq < 0) & below
+
+
 def _heads(forest: Forest, kind: np.ndarray) -> np.ndarray:
     """Mask of the ranges that are ops (the rules of the module docstring)."""
     parent = forest.parent
+    # dict-marker ops: {'mod','op'} ranges, and traceMarkers without a {'mod','op'} child
+    has_modop_child = np.zeros(len(forest) + 1, dtype=bool)  # last slot: "no parent" (-1)
+    has_modop_child[parent[kind == mk.MODOP]] = True
+    dict_op = (kind == mk.MODOP) | ((kind == mk.TRACE) & ~has_modop_child[:-1])
+    emit_or_library = _among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY)
     # which kinds a range or one of its ancestors has, as bits, pushed down the nesting levels once
-    framework, trace = 1, 2
-    bits = (_among(kind, *mk.FRAMEWORK, mk.LIBRARY) * framework | (kind == mk.TRACE) * trace).astype(np.int8)
+    framework, dict_bit = 1, 2
+    bits = ((emit_or_library | dict_op) * framework | dict_op * dict_bit).astype(np.int8)
     above = np.append(forest.propagate_or(bits), 0)[parent]  # strictly above: the parent's (0 for no parent)
     framework_above = (above & framework) != 0
-    trace_above = (above & trace) != 0
-    has_child = np.zeros(len(forest) + 1, dtype=bool)  # last slot: "no parent" (-1)
+    dict_above = (above & dict_bit) != 0
+    has_child = np.zeros(len(forest) + 1, dtype=bool)
     has_child[parent[kind != mk.IGNORE]] = True
     has_child = has_child[:-1]
-    return ((kind == mk.TRACE)
-            | ((kind == mk.MODOP) & ~trace_above)
-            | (_among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY) & ~framework_above)
+    return ((dict_op & ~dict_above)
+            | (emit_or_library & ~framework_above)
             | ((kind == mk.USER) & ~has_child & ~framework_above))
 
 
@@ -356,12 +388,18 @@ class OpNames:
 
     code: np.ndarray  # per instance
     texts: np.ndarray  # object array
+    from_stack: np.ndarray  # per instance: the name is a DLProf function stack (/module/Net::forward/...)
 
 
 def _op_names(h: pd.DataFrame, names: pd.DataFrame, profile: Profile) -> OpNames:
-    """The marker's op name; library-domain ops are named like nsys does: ``domain:text``."""
+    """The marker's op name; library-domain ops are named like nsys does: ``domain:text``; a
+    {'mod','op'} op whose traceMarker has no function stack (PyProf's) by its own ``mod.op``."""
     texts = names["op_name"].to_numpy(dtype=object)
     code = h["name"].to_numpy().astype(np.int64)
+    stack_named = names["stack_named"].to_numpy(dtype=bool)
+    unnamed = (h["kind"] == mk.MODOP).to_numpy() & ~stack_named[code]
+    code[unnamed] = h["detail"].to_numpy()[unnamed]
+    from_stack = stack_named[code]
     lib = (h["kind"] == mk.LIBRARY).to_numpy()
     if lib.any():
         pairs = pd.DataFrame({"domain": h["domain"].to_numpy()[lib], "name": code[lib]})
@@ -369,32 +407,33 @@ def _op_names(h: pd.DataFrame, names: pd.DataFrame, profile: Profile) -> OpNames
         extra = [f"{profile.meta.domains.get(int(d), '')}:{texts[n]}" for d, n in distinct]  # distinct pairs
         code[lib] = len(texts) + np.ravel(inverse)
         texts = np.concatenate((texts, np.array(extra, dtype=object)))
-    return OpNames(code, texts)
+    return OpNames(code, texts, from_stack)
 
 
-def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: np.ndarray) -> np.ndarray:
-    """Per instance, the name code that gives its op type, data types and shapes: its own, but a
-    traceMarker op takes them from its (first) {'mod','op'} child."""
-    detail = h["name"].to_numpy().copy()
-    is_trace = (h["kind"] == mk.TRACE).to_numpy()
-    if not is_trace.any():
-        return detail
-    child = np.flatnonzero((kind == mk.MODOP) & (parent >= 0))
-    child = child[kind[parent[child]] == mk.TRACE]
-    traces, first = np.unique(parent[child], return_index=True)  # children are in range order: first wins
-    at = np.searchsorted(h["row"].to_numpy(), traces)  # every traceMarker range is an op head
-    detail[at] = name[child[first]]
-    return detail
+def _dict_names(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray,
+                name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, (name code, detail code): the name that names the op and gives its stack trace,
+    and the one that gives its op type, direction, data types and shapes. Both are the range's own
+    name, but a {'mod','op'} op is named by the traceMarker range around it (DLProf's funcStack)."""
+    label = h["name"].to_numpy().copy()
+    detail = label.copy()
+    modop = np.flatnonzero((h["kind"] == mk.MODOP).to_numpy())
+    if len(modop) == 0:
+        return label, detail
+    up = parent[h["row"].to_numpy()[modop]]
+    traced = (up >= 0) & (np.append(kind, mk.IGNORE)[up] == mk.TRACE)
+    label[modop[traced]] = name[up[traced]]
+    return label, detail
 
 
 def _path_texts(h: pd.DataFrame, paths: list[str], op_names: OpNames) -> tuple[np.ndarray, np.ndarray]:
     """(code per instance, texts) of the instances' group paths.
 
-    A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
+    A DLProf function-stack op also sits below the directories of its stack: /module/net::forward/...
     """
     code = h["path"].to_numpy().astype(np.int64)
     texts = np.asarray(paths, dtype=object)
-    trace = np.flatnonzero((h["kind"] == mk.TRACE).to_numpy())
+    trace = np.flatnonzero(op_names.from_stack)
     if len(trace):
         pairs = np.stack((code[trace], op_names.code[trace]), axis=1)
         distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)

@@ -47,7 +47,8 @@ READ_THREADS = max(1, min(4, os.cpu_count() or 1))
 # Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
 PROCESS_THREADS = 1 << 24
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
-DAMAGED = "{path}: cannot read the database ({exc}); the export may be truncated: export the nsys report again"
+DAMAGED = "{path}: cannot read the database ({exc}); the file may be truncated: {again}"
+AGAIN = "export the nsys report again"  # what to do about a damaged file (nvprof databases: record again)
 
 
 def _uri(path: Path) -> str:
@@ -85,6 +86,7 @@ class Database:
     def __init__(self, path: Path) -> None:
         check_input(path)
         self.path = path
+        self.again = AGAIN
         self._local = threading.local()
         self._adbc: list[object] = []
         try:
@@ -97,13 +99,14 @@ class Database:
             }
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
-                             "export the nsys report again") from None
+                             "export the nsys report (or record the nvprof database) again") from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Close every connection (a second call does nothing)."""
         self.conn.close()
-        for conn in self._adbc:
-            conn.close()  # type: ignore[attr-defined]
+        while self._adbc:
+            self._adbc.pop().close()  # type: ignore[attr-defined]
 
     def find(self, candidates: Iterable[str]) -> str | None:
         return next((name for name in candidates if name in self.tables), None)
@@ -119,7 +122,7 @@ class Database:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
 
     def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
         conn = getattr(self._local, "adbc", None)
@@ -156,7 +159,7 @@ class Database:
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
         finally:
             conn.close()
         return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)})
@@ -400,22 +403,24 @@ def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]
     ids = arrow.column("id")
     ids = ids.to_numpy().astype(np.int64, copy=False) if len(ids) else np.empty(0, np.int64)
     values = nv.valid_utf8(arrow.column("value"))
+    if len(values) == 0:  # an empty result has no declared type in Arrow (the driver says int64)
+        values = pa.array([], type=pa.string())
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     return ids, values
 
 
-def load_profile(path: str | Path, process: int | None = None) -> Profile:
-    """Read every table dlagg uses from the nsys export at `path`: all of it, or one process's rows
-    (`process`: its ``globalPid``, for files that hold several ranks)."""
-    path = Path(path)
-    db = Database(path)
+def read_nsys(db: Database, process: int | None = None) -> Profile:
+    """Read every table dlagg uses from the nsys export `db`: all of it, or one process's rows (`process`:
+    its ``globalPid``, for files that hold several ranks). Closes `db`."""
+    path = db.path
     try:
         known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
         strings_table = db.find(schema.STRING_TABLES)
         if strings_table is None or not known:
-            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
-                             "event tables); pass the file made by 'nsys export --type sqlite'")
+            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+                             "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
+                             "'nsys export --type sqlite' or 'nvprof -o'")
         nvtx = _NvtxRead(db, strings_table, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
@@ -500,4 +505,4 @@ def _time_range(frames: dict[str, pd.DataFrame]) -> tuple[int, int]:
     return int(min(starts)), int(max(max(ends), max(starts)))
 
 
-__all__ = ["load_profile", "Database", "check_input", "NO_ID"]
+__all__ = ["read_nsys", "Database", "check_input", "NO_ID"]

@@ -32,8 +32,9 @@ MAX_PERIOD_CV = 0.5
 # Training steps follow each other: a range covering less than this share of the span from its
 # first start to its last end is work inside a step (a data fetch, one layer), not the step.
 MIN_STEP_COVERAGE = 0.5
-# Names that are framework op markers (PyTorch emit_nvtx, DLProf/PyProf dict markers), never steps.
-OP_MARKER = r"^\{|, seq = |, op_id = |^aten::|^autograd::|Backward\d*$"
+# Names that are framework op markers (PyTorch emit_nvtx, DLProf/PyProf dict markers), never steps;
+# ranges with an autograd seq number are ops too (PyTorch < 1.5 names them without a namespace).
+OP_MARKER = r"^\{|, seq = |, op_id = |^aten::|^(?:torch::)?autograd::|Backward\d*$"
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
 
@@ -77,7 +78,7 @@ def _normalise(names: pd.Series) -> pd.Series:
 def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
     """The most frequent top-level range names (as globs), most frequent first."""
     top = top_level(profile)
-    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True)]
+    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True) & (top["seq"].to_numpy() < 0)]
     if top.empty:
         return ()
     counts = _normalise(top["name"]).value_counts()
@@ -103,7 +104,7 @@ def auto_key_node(profile: Profile) -> tuple[str, str]:
     else:
         busiest = top["global_tid"].value_counts().index[0]
     top = top[top["global_tid"] == busiest]
-    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True)]
+    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True) & (top["seq"].to_numpy() < 0)]
     top = top.assign(glob=_normalise(top["name"]))
     # Every instance of a step is top-level; a name that also occurs nested is something else.
     on_thread = rng[rng["global_tid"] == busiest]
