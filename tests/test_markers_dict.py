@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dlagg.context import RankContext
 from dlagg.ops.markers import MODOP, TRACE, USER, classify_name, stack_name
 from dlagg.options import Options
 from dlagg.reader import load_profile
-from dlagg.context import RankContext
 from dlagg.reports import build_reports
 from dlagg.timeline.iterations import detect_iterations
 
