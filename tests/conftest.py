@@ -33,3 +33,16 @@ def public_fixtures() -> list[Path]:
     found = {p.name: p for p in sorted((SHARED / "public").glob("*.sqlite"))}
     found.update({p.name: p for p in sorted((BUNDLED / "public").glob("*.sqlite"))})
     return [found[k] for k in sorted(found)]
+
+
+def ncu_dir(name: str) -> Path:
+    """Folder of an Nsight Compute fixture (bundled first, then ../shared); skips when absent."""
+    for base in (BUNDLED, SHARED):
+        folder = base / "ncu" / name
+        if (folder / f"{name}_raw.csv.gz").exists():
+            return folder
+    pytest.skip(f"ncu fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+
+
+def ncu_csv(name: str) -> Path:
+    return ncu_dir(name) / f"{name}_raw.csv.gz"
