@@ -267,26 +267,36 @@ def test_mangled_name_export_matches_by_mangled_name(tmp_path: Path) -> None:
 
 
 def test_matching_by_shape_and_launch_order_within_steps(tmp_path: Path) -> None:
-    """Hand-built: two steps; 'gemm' launched twice per step with two grids, 'copy' once; the ncu
-    step also has a kernel the nsys run never launched."""
+    """Hand-built: two steps; 'gemm' launched with two grids (the second step launches the small one
+    twice), 'copy' and 'scale' once; the ncu step names 'scale' by its function name only
+    (--print-kernel-base function) and has a kernel the nsys run never launched."""
     b = ExportBuilder()
+    gemm = "void ns::gemm<float, 2>(float *)"
     for step, t0 in enumerate((0, 1000)):
         b.range(t0, t0 + 900, "train_step")
-        b.launch(t0 + 10, t0 + 20, t0 + 100, t0 + 150 + step * 10, "void ns::gemm<float, 2>(float *)", grid=(8, 1, 1))
+        b.launch(t0 + 10, t0 + 20, t0 + 100, t0 + 150 + step * 10, gemm, grid=(8, 1, 1))
         b.launch(t0 + 30, t0 + 40, t0 + 200, t0 + 220, "copy_kernel")
-        b.launch(t0 + 50, t0 + 60, t0 + 300, t0 + 400 + step * 20, "void ns::gemm<float, 2>(float *)",
-                 grid=(16, 1, 1))
+        b.launch(t0 + 50, t0 + 60, t0 + 300, t0 + 400 + step * 20, gemm, grid=(16, 1, 1))
+        b.launch(t0 + 70, t0 + 80, t0 + 500, t0 + 530, "void ns::scale<float, (int)4>(float *)")
+        if step == 1:
+            b.launch(t0 + 90, t0 + 95, t0 + 600, t0 + 607, gemm, grid=(8, 1, 1))
     profile = load_profile(b.write(tmp_path / "two_steps.sqlite"))
     iterations = detect_iterations(profile, "train_step", None, None)
     kernels = pd.DataFrame({
-        "name": ["void gemm<float, 2>(float *)", "copy_kernel", "void gemm<float, 2>(float *)", "never_in_nsys"],
-        "grid_x": [8, 1, 16, 1], "grid_y": 1, "grid_z": 1, "block_x": 32, "block_y": 1, "block_z": 1, "device": 0})
+        "name": ["void gemm<float, 2>(float *)", "copy_kernel", "void gemm<float, 2>(float *)", "scale",
+                 "void gemm<float, 2>(float *)", "never_in_nsys"],
+        "grid_x": [8, 1, 16, 1, 8, 1], "grid_y": 1, "grid_z": 1, "block_x": 32, "block_y": 1, "block_z": 1,
+        "device": 0})
     match = match_kernels(kernels, profile, iterations)
-    assert match.how.tolist() == ["demangled name"] * 3 + [""]  # the builder writes no mangledName
-    assert match.nsys_avg_ns[:3].tolist() == [55.0, 20.0, 110.0]  # (50 + 60) / 2, 20, (100 + 120) / 2
-    assert match.nsys_count.tolist() == [2, 2, 2, 0] and match.nsys_row[3] == -1
+    # the builder writes no mangledName column: names match as demangled, 'scale' by its base name
+    assert match.how.tolist() == ["demangled name"] * 3 + ["base name", "demangled name", ""]
+    # (50 + 60) / 2, 20, (100 + 120) / 2, 30, and the second small gemm of step 1 alone
+    assert match.nsys_avg_ns[:5].tolist() == [55.0, 20.0, 110.0, 30.0, 7.0]
+    assert match.nsys_count.tolist() == [2, 2, 2, 2, 1, 0] and match.nsys_row[5] == -1
+    starts = profile.kernels["start"].to_numpy()[match.nsys_row[:5]]
+    assert starts.tolist() == [100, 200, 300, 500, 1600]  # the earliest step's match
     assert match.unmatched_names == (("never_in_nsys", 1),)
-    assert "3 of 4 ncu kernels matched" in match.summary() and "never_in_nsys" in match.summary()
+    assert "5 of 6 ncu kernels matched" in match.summary() and "never_in_nsys" in match.summary()
 
 
 @pytest.mark.parametrize(("ncu", "nsys"), [
