@@ -30,6 +30,7 @@ LEVEL_COLOURS = {"DRAM": "#d62728", "L2": "#2ca02c", "L1": "#1f77b4"}
 ROOF_COLOUR = "#444444"
 SIMT_ROOFS = ("FP64", "FP32", "FP16")
 WIDTH, HEIGHT = 860, 520
+LABEL_BELOW = 0.45  # factor on FLOP/s: about 20 px lower on the default height
 
 
 def _si(value: float, unit: str) -> str:
@@ -102,8 +103,9 @@ def chart_spec(table: pd.DataFrame, ceilings: Ceilings, *, label: str = "Kernel 
     for p in points:  # the leftmost level's dot carries the number
         first_level.setdefault(p["name"], p)
     numbered = [(i + 1, row) for i, (_, row) in enumerate(ranked.iterrows()) if str(row[label]) in first_level]
-    labels = [{"text": str(i), "x": first_level[str(row[label])]["ai"], "y": first_level[str(row[label])]["flops"]}
-              for i, row in numbered]
+    # every other number below its dot: neighbours in a cluster (the GEMMs) stay readable
+    labels = [{"text": str(i), "x": first_level[str(row[label])]["ai"],
+               "y": first_level[str(row[label])]["flops"] * (1.0 if i % 2 else LABEL_BELOW)} for i, row in numbered]
     legend = [{"rank": i, "text": f"{i}  {_short(str(row[label]), 90)}: {row['% of GPU Time']:.1f} % of GPU time"
                + (f", {row['Bound']}-bound at {row['% of Ceiling']:.0f} % of its ceiling" if row["Bound"] else "")}
               for i, row in numbered]
