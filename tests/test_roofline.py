@@ -127,7 +127,9 @@ def without_columns(name: str, path: Path, drop) -> Path:  # drop: (column name)
 def test_flops_and_bytes_per_kernel_equal_the_raw_csv(name: str) -> None:
     header, units, rows = raw_csv(name)
     assert units["dram__bytes.sum"] == "byte" and units["gpu__time_duration.sum"] == "ns"  # oracle reads as printed
-    kernels = measure(read_ncu_csv(ncu_csv(name))).kernels
+    work = measure(read_ncu_csv(ncu_csv(name)))
+    assert work.warnings == () and work.missing == ()  # every metric is there
+    kernels = work.kernels
     assert kernels["id"].tolist() == [int(r["ID"]) for r in rows]
     for column, expected in pd.DataFrame([oracle(r) for r in rows]).items():
         np.testing.assert_array_equal(kernels[column].to_numpy(), expected.to_numpy(), err_msg=column)
@@ -508,6 +510,9 @@ def test_missing_metrics_leave_their_columns_empty_and_say_which(tmp_path: Path)
     assert "FP64 FLOPs" in warning and "sm__sass_thread_inst_executed_op_dadd_pred_on.sum" in warning
     assert "SpeedOfLight_HierarchicalTensorRooflineChart" in warning
     assert any("cannot tell Tensor Core use" in w for w in work.warnings)
+    ceilings = next(w for w in work.warnings if "no ncu ceiling for" in w)
+    assert "for L2 (collect with --metrics lts__t_bytes.sum.peak_sustained" in ceilings
+    assert "Tensor FP16, Tensor BF16" in ceilings  # tensor work unknown: its ceilings matter
     # partial results: the roofline of what is known, the rest empty
     table = kernel_table(roofline(work))
     assert table["L2 Bytes"].isna().all() and table["AI L2 (FLOP/B)"].isna().all()

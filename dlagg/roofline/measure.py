@@ -35,6 +35,7 @@ from .metrics import (
     CeilingSpec,
     Quantity,
     Recipe,
+    work_column,
 )
 from .ncu import NcuReport
 
@@ -169,7 +170,8 @@ def measure(report: NcuReport) -> KernelWork:
                         f"and no {PIPE_TENSOR} with {PIPE_TENSOR_HFMA2}); collect them with "
                         "--section SpeedOfLight_HierarchicalTensorRooflineChart")
     ceilings = ncu_ceilings(report)
-    unknown = [r for r in CEILINGS if ceilings.values[r].isna().all()]
+    # a ceiling matters where work of its kind ran, or may have (unknown work)
+    unknown = [r for r in CEILINGS if ceilings.values[r].isna().all() and not (out[work_column(r)] == 0).all()]
     if unknown:
         by_option: dict[str, list[str]] = {}
         for r in unknown:  # one option per section; the metrics themselves when no section has them
