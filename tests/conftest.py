@@ -42,3 +42,16 @@ def nvprof_fixture(name: str) -> Path:
         if path.exists():
             return path
     pytest.skip(f"nvprof fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+
+
+def ncu_dir(name: str) -> Path:
+    """Folder of an Nsight Compute fixture (bundled first, then ../shared); skips when absent."""
+    for base in (BUNDLED, SHARED):
+        folder = base / "ncu" / name
+        if (folder / f"{name}_raw.csv.gz").exists():
+            return folder
+    pytest.skip(f"ncu fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+
+
+def ncu_csv(name: str) -> Path:
+    return ncu_dir(name) / f"{name}_raw.csv.gz"

@@ -61,6 +61,19 @@ def test_invalid_named_api_rows_are_kept_as_calls() -> None:
     assert (names == "INVALID").sum() == 56
 
 
+def test_mangled_kernel_names_are_read_when_the_export_has_them(tmp_path: Path) -> None:
+    path = recording("resnet_amp")
+    profile = load_profile(path)
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as conn:
+        expected = [v for (v,) in conn.execute("SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                               "JOIN StringIds s ON s.id = k.mangledName ORDER BY k.rowid")]
+    assert profile.strings.decode(profile.kernels["mangled_name_id"]).tolist() == expected
+    b = ExportBuilder()  # the builder's kernel table has no mangledName column, like nsys 2021.2's
+    b.launch(0, 10, 20, 30, "k")
+    older = load_profile(b.write(tmp_path / "old.sqlite"))
+    assert older.kernels["mangled_name_id"].tolist() == [-1]
+
+
 def test_export_metadata_of_old_and_new_schemas() -> None:
     newest = [p for p in public_fixtures() if p.name.startswith("cestwc")]
     oldest = [p for p in public_fixtures() if p.name.startswith("bwyogatama")]

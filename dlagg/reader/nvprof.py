@@ -282,7 +282,7 @@ def read_nvprof(db: Database) -> Profile:
 
     out = {
         "kernels": _frame(schema.KERNELS, {**kernels, "global_pid": pid_of(kernels), "name_id": long_ids,
-                                           "short_name_id": short_ids}),
+                                           "short_name_id": short_ids, "mangled_name_id": kernels["name"]}),
         "runtime": _frame(schema.RUNTIME, {**api, "global_tid": threads.global_tid(api["pid"].to_numpy(),
                                                                                    api["tid"].to_numpy()),
                                            "name_id": api_names}),

@@ -61,6 +61,7 @@ KERNELS = Table(
         Column("globalPid", "global_pid", "int64", 0),
         Column("demangledName", "name_id", "int64", NO_ID),
         Column("shortName", "short_name_id", "int64", NO_ID),
+        Column("mangledName", "mangled_name_id", "int64", NO_ID),  # absent from older exports
         Column("gridX", "grid_x", "int64", 0),
         Column("gridY", "grid_y", "int64", 0),
         Column("gridZ", "grid_z", "int64", 0),
