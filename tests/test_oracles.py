@@ -14,7 +14,6 @@ tested explicitly, in terms of the oracle.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -26,32 +25,10 @@ from dlagg.reader import load_profile
 
 from . import dlprof_csv
 from .conftest import RECORDINGS, recording, recording_dir
+from .recorded import KEY_NODE, RANGE_TYPES, key_ends, named_ranges, oracle, sql, sql_frame
 
-KEY_NODE = "train_step"  # the key node of every nsys-2022.4 recording (fixtures/README.md)
 GPU_RECORDINGS = [r for r in RECORDINGS if r != "cpu_nvtx_numpy"]  # cpu_nvtx_numpy has no CUDA at all
-RANGE_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange (ENUM_NSYS_EVENT_TYPE)
 DOMAIN_CREATE = 75
-
-
-# --- helpers: the oracles, SQL, and dlagg's files ---------------------------------------------------
-
-def oracle(name: str, report: str) -> pd.DataFrame:
-    """An `nsys stats` CSV of the recording, text kept as written ("None" stays "None")."""
-    folder = recording_dir(name)
-    path = folder / f"{name}_{report}.csv"
-    if not path.exists():
-        path = folder / f"{name}_{report}.csv.gz"
-    return pd.read_csv(path, keep_default_na=False)
-
-
-def sql(name: str, query: str, params: tuple = ()) -> list[tuple]:
-    with sqlite3.connect(f"file:{recording(name)}?mode=ro&immutable=1", uri=True) as conn:
-        return conn.execute(query, params).fetchall()
-
-
-def sql_frame(name: str, query: str) -> pd.DataFrame:
-    with sqlite3.connect(f"file:{recording(name)}?mode=ro&immutable=1", uri=True) as conn:
-        return pd.read_sql_query(query, conn)
 
 
 def ranges(name: str) -> pd.DataFrame:
@@ -74,23 +51,14 @@ def leaf_user_ranges(name: str) -> set[str]:
     exactly nsys's ranges of that name. The key node is not an op.
     """
     r = ranges(name)
-    r = r[~r["name"].str.contains(r"^\{|, seq = |, op_id = |^aten::|^autograd::", regex=True)]
     if len(r) > 5000:
-        raise AssertionError(f"{name}: {len(r)} user ranges, too many for the pairwise check")
+        raise AssertionError(f"{name}: {len(r)} ranges, too many for the pairwise check")
     s, e, t = (r[c].to_numpy() for c in ("start", "end", "tid"))
     encloses = (t[:, None] == t[None, :]) & (s[:, None] <= s[None, :]) & (e[:, None] >= e[None, :])
     np.fill_diagonal(encloses, False)
-    leaves = set(r["name"]) - set(r["name"][encloses.any(axis=1)])
+    user = ~r["name"].str.contains(r"^\{|, seq = |, op_id = |^aten::|^autograd::", regex=True)
+    leaves = set(r["name"][user]) - set(r["name"][encloses.any(axis=1)])
     return leaves - {KEY_NODE}
-
-
-def key_ends(name: str) -> np.ndarray:
-    """End times of the key node's instances, in order (all on one thread in these recordings)."""
-    rows = sql(name, """SELECT e."end", e.globalTid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
-                        WHERE COALESCE(e.text, s.value) = ? AND e.eventType IN (59, 60) ORDER BY e."end" """,
-               (KEY_NODE,))
-    assert len({tid for _, tid in rows}) == 1, "premise: one thread carries the key node"
-    return np.array([end for end, _ in rows], dtype=np.int64)
 
 
 _RUNS: dict[tuple[str, ...], Path] = {}
@@ -151,9 +119,8 @@ def test_iterations_are_cut_at_the_key_node_range_ends(name: str, dlagg) -> None
     """Iteration i spans (end of train_step i-1, end of train_step i] (docs/reports.md)."""
     ends = key_ends(name)
     step = oracle(name, "nvtxsum").set_index("Range").loc[KEY_NODE]
-    durations = np.array([d for (d,) in sql(name, """SELECT e."end" - e.start FROM NVTX_EVENTS e LEFT JOIN
-        StringIds s ON s.id = e.textId WHERE COALESCE(e.text, s.value) = ? AND e.eventType IN (59, 60)""",
-                                            (KEY_NODE,))])
+    instances = named_ranges(name, KEY_NODE)
+    durations = instances[:, 1] - instances[:, 0]
     # the SQL reading of the key node is nsys's: same instances and times
     assert (len(ends), durations.sum(), durations.min(), durations.max()) == (
         step["Instances"], step["Total Time (ns)"], step["Min (ns)"], step["Max (ns)"])
