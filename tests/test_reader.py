@@ -40,7 +40,8 @@ def test_nvtx_text_and_registered_strings_are_both_read(tmp_path: Path) -> None:
 
 def test_nvtx_domains_and_negative_domain_starts() -> None:
     profile = load_profile(recording("no_emit_nvtx"))
-    assert profile.meta.domains[1] == "cuBLAS"
+    meta = json.loads((recording_dir("no_emit_nvtx") / "meta.json").read_text())["summary"]
+    assert profile.meta.domains[1] == meta["nvtx_domains"]["1"] == "cuBLAS"
     assert (profile.nvtx["start"] >= 0).all()  # domain-create rows (negative starts) are not events
     assert profile.meta.start > 0
 
@@ -58,7 +59,8 @@ def test_open_ranges_end_with_the_profile(tmp_path: Path) -> None:
 def test_invalid_named_api_rows_are_kept_as_calls() -> None:
     profile = load_profile(recording("cuda_basic"))
     names = profile.strings.decode(profile.runtime["name_id"])
-    assert (names == "INVALID").sum() == 56
+    meta = json.loads((recording_dir("cuda_basic") / "meta.json").read_text())["summary"]
+    assert (names == "INVALID").sum() == meta["cuda_api_rows_named_INVALID"] == 56
 
 
 def test_export_metadata_of_old_and_new_schemas() -> None:
