@@ -215,8 +215,10 @@ def test_underutilized_names_dataloader_with_the_sql_loading_share(tmp_path: Pat
     loader = found.set_index("Detector").loc["input_pipeline"]
     assert "num_workers>=" in loader["Recommendation"]
     assert f"'data' x{len(recorded.named_ranges('dataloader_bound', 'data'))}" in loader["Evidence"]
-    # The idle time at stake is at least the exposed data-loading time.
-    assert under[STAKE] >= loader[STAKE] > 30e6
+    # docs/expert_systems.md: at stake, the median exposed loading time per iteration (here by SQL);
+    # the idle time at stake is at least that.
+    assert loader[STAKE] == pytest.approx(np.median(loading * durations), abs=1)
+    assert under[STAKE] >= loader[STAKE]
 
 
 def test_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
