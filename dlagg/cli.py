@@ -18,7 +18,7 @@ from . import __version__
 from .errors import DlaggError
 from .log import DIAGNOSTIC, NORMAL, Log, glibc
 from .options import VERBOSITIES, Options
-from .pipeline import DLPROF_REPORTS, NOT_YET, run
+from .pipeline import run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS
@@ -44,6 +44,16 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 process, got {value}")
+    return value
+
+
 def iteration(text: str) -> int:
     try:
         value = int(text)
@@ -56,11 +66,8 @@ def iteration(text: str) -> int:
 
 def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
-    for name in DLPROF_REPORTS:
-        if name in REPORTS:
-            lines.append(f"  {name:<15} {REPORTS[name].description}")
-        else:
-            lines.append(f"  {name:<15} ({NOT_YET.removeprefix('is ')})")
+    for name, spec in REPORTS.items():
+        lines.append(f"  {name:<15} {spec.description}")
     lines += [
         "",
         "examples:",
@@ -88,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", dest="nsys_database", metavar="FILE", required=True,
-        help="the nsys SQLite export to read (opened read-only, never changed)")
+    add("--nsys_database", "--database", dest="nsys_database", metavar="FILES", required=True,
+        help="the nsys SQLite export(s) to read, opened read-only: a file, a comma list, a glob ('rank*.sqlite') "
+             "or a folder; each file may hold several processes (ranks)")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
@@ -108,12 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="TensorBoard event-file folder inside --output_path (default event_files)")
     add("-b", "--suppress_tb_files", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="do not write TensorBoard event files (default false)")
+    add("--per_rank", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help="with several ranks, also write every report per rank under <output_path>/rank<N>/ (default false)")
+    add("--workers", type=workers, default=None, metavar="N",
+        help="processes reading ranks at once (default: one per core; 1: in this process)")
+    add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
+        help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
+             "needs pip install 'dlagg[dask]'")
     return parser
 
 
 def options_from(args: argparse.Namespace) -> Options:
     return Options(
-        nsys_database=Path(args.nsys_database),
+        nsys_database=args.nsys_database,
         reports=args.reports,
         formats=args.formats,
         output_path=args.output_path,
@@ -126,6 +141,9 @@ def options_from(args: argparse.Namespace) -> Options:
         verbosity=args.verbosity,
         tb_dir=args.tb_dir,
         suppress_tb_files=args.suppress_tb_files,
+        per_rank=args.per_rank,
+        workers=args.workers,
+        scheduler=args.scheduler,
     )
 
 
@@ -152,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_process()
     log = Log(options.level)
     try:
-        result = run(options, log)
+        result = run(options, log, worker_init=tune_process)
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -160,13 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        print(f"dlagg: error: out of memory on {options.nsys_database.name}; dlagg needs up to about twice the "
+        source = Path(str(options.nsys_database)).name
+        print(f"dlagg: error: out of memory on {source}; dlagg needs up to about twice the "
               "export's size in memory: run it on a machine with more", file=sys.stderr)
         return INTERNAL
     except Exception as exc:  # a bug: one line, the traceback only when asked for
         if options.level >= DIAGNOSTIC:
             traceback.print_exc()
-        print(f"dlagg: internal error on {options.nsys_database.name}: {type(exc).__name__}: {exc}; "
+        print(f"dlagg: internal error on {Path(str(options.nsys_database)).name}: {type(exc).__name__}: {exc}; "
               "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
         return INTERNAL
     for built in result.reports:

@@ -42,6 +42,12 @@ def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categori
     return pd.Categorical.from_codes(np.ravel(remap)[np.asarray(codes)], categories=pd.Index(distinct, dtype=object))
 
 
+def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, but `frame` itself when every row is kept (the default iteration range):
+    a boolean selection copies every column."""
+    return frame if mask.all() else frame[mask]
+
+
 @dataclass(frozen=True)
 class StringTable:
     """nsys ``StringIds`` plus the distinct NVTX range names (ids after the StringIds ones): id -> text.
@@ -135,6 +141,8 @@ class ProfileMeta:
     start: int  # earliest event start (ns)
     end: int  # latest event end (ns)
     warnings: tuple[str, ...] = ()
+    session_start_utc: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs: the session clock's 0
+    process: int | None = None  # globalPid of the one process read, None when the whole file was read
 
 
 class NvtxDetails(Protocol):

@@ -15,7 +15,7 @@ class Options:
     Field names follow DLProf's command line (``--nsys_database``, ``--key_node``, ...).
     """
 
-    nsys_database: Path
+    nsys_database: Path | str  # one export, a comma list, a glob or a folder (reader.discover.input_paths)
     reports: tuple[str, ...] = ()
     formats: tuple[str, ...] = ("csv",)
     output_path: Path = Path(".")
@@ -28,6 +28,9 @@ class Options:
     verbosity: str = "normal"
     tb_dir: str = "event_files"
     suppress_tb_files: bool = False
+    per_rank: bool = False  # also write every report per rank (<output_path>/rank<N>/)
+    workers: int | None = None  # processes reading ranks at once (None: one per core; 1: in this process)
+    scheduler: str | None = None  # address of a Dask distributed scheduler that reads the ranks instead
 
     @property
     def level(self) -> int:

@@ -1,29 +1,33 @@
-"""The whole job, top to bottom: options -> read -> iterations -> reports -> writers.
+"""The whole job, top to bottom: options -> ranks found -> each rank read and reduced -> reports
+combined over ranks -> writers.
 
-``run(options)`` is what the CLI calls; it is usable as a library function too.
+``run(options)`` is what the CLI calls; it is usable as a library function too. One rank (one
+export with one GPU process) is reduced in this process, and each report is written while the next
+is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
+combined by ``job.combine`` before anything is written.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
 from .errors import OptionsError, OutputError
+from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank
 from .log import Log, release_free_memory
-from .model import Iterations, Profile
+from .model import Iterations
 from .options import Options
-from .reader import check_input, load_profile
-from .reports import REPORTS, Report, ReportContext
-from .timeline.iterations import detect_iterations
+from .reader import check_input
+from .reader.discover import Job, discover, input_paths
+from .reports import REPORTS, Report
+from .reports.base import JobFigures, RankFigures
 from .writers import WRITERS, RunInfo
 
-# DLProf's report names; those not registered yet are refused by name with this note.
-DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems")
-NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
 # Threads writing reports while the next ones are built (the CI machine has two cores).
@@ -32,42 +36,30 @@ WRITE_THREADS = 1
 
 @dataclass(frozen=True)
 class Result:
-    profile: Profile
-    iterations: Iterations
+    job: Job
+    ranks: tuple[RankFigures, ...]
     reports: tuple[Report, ...]
     written: tuple[Path, ...]
     warnings: tuple[str, ...]
 
+    @property
+    def iterations(self) -> Iterations:
+        """The first rank's iterations (the only rank's, in a one-rank run)."""
+        return self.ranks[0].iterations
 
-def resolve_reports(requested: tuple[str, ...]) -> list[str]:
-    """Report names in build order; 'all' means every registered report."""
-    names: list[str] = []
+
+def resolve_reports(requested: tuple[str, ...], several: bool = False) -> list[str]:
+    """The requested report names, in registry order; 'all' means every registered report that applies
+    (the ranks and collectives reports when there are several ranks)."""
+    names: set[str] = set()
     for name in requested:
         if name == "all":
-            names.extend(REPORTS)
+            names.update(n for n, spec in REPORTS.items() if several or not spec.only_with_ranks)
         elif name in REPORTS:
-            names.append(name)
-        elif name in DLPROF_REPORTS:
-            raise OptionsError(f"--reports: report '{name}' {NOT_YET}; available: {', '.join(REPORTS)}")
+            names.add(name)
         else:
             raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
-    ordered: list[str] = []
-
-    def visit(name: str) -> None:
-        if name not in ordered:
-            for dep in REPORTS[name].depends:
-                visit(dep)
-            ordered.append(name)
-
-    for name in dict.fromkeys(names):
-        visit(name)
-    return [n for n in ordered if n in names]
-
-
-def build_order(names: list[str]) -> list[str]:
-    """`names` with the bulk reports (one row per kernel) first, so that writing them overlaps the
-    building of the others; they depend on no other report."""
-    return sorted(names, key=lambda n: not REPORTS[n].bulk)
+    return [n for n in REPORTS if n in names]
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
@@ -77,7 +69,7 @@ def _check_formats(formats: tuple[str, ...]) -> None:
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
-def _prepare_output(options: Options, names: list[str]) -> None:
+def _prepare_output(options: Options, names: list[str], job: Job) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -95,9 +87,14 @@ def _prepare_output(options: Options, names: list[str]) -> None:
     if options.force:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
-    for fmt in _writers(options):
-        for path in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name):
-            if path.exists():
+    targets = [p for fmt in _writers(options)
+               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)]
+    if options.per_rank and len(job.sources) > 1:
+        rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
+        targets += [p for fmt in options.formats for s in job.sources
+                    for p in WRITERS[fmt].targets(rank_suffixes, _rank_dir(options, s.rank), options.profile_name)]
+    for path in targets:
+        if path.exists():
                 raise OutputError(f"{path}: already exists; pass --force=true to overwrite it, "
                                   "or choose another --output_path / --profile_name")
 
@@ -114,77 +111,111 @@ def _out_dir(options: Options, fmt: str) -> Path:
     return options.output_path / options.tb_dir if fmt == TENSORBOARD else options.output_path
 
 
-def run(options: Options, log: Log | None = None) -> Result:
+def _rank_dir(options: Options, rank: int) -> Path:
+    """Where --per_rank writes one rank's reports."""
+    return options.output_path / f"rank{rank}"
+
+
+def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
+    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
-    names = resolve_reports(options.reports)
     _check_formats(options.formats)
-    check_input(Path(options.nsys_database))
+    paths = input_paths(options.nsys_database)
+    for path in paths:
+        check_input(path)
+    job = discover(paths)
+    several = len(job.sources) > 1
+    if several or job.files > 1:
+        log.info(f"found {job.describe()}")
+    names = resolve_reports(options.reports, several)
     if names:
-        _prepare_output(options, names)
-
-    with log.stage(f"read {Path(options.nsys_database).name}"):
-        profile = load_profile(options.nsys_database)
-    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
-               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
-               f"nsys {profile.meta.nsys_version or 'version unknown'}")
-    warnings: list[str] = list(profile.meta.warnings)
-
-    iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop)
-    if iterations.found:
-        log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
-                 f"aggregating {iterations.start} to {iterations.stop}")
-    else:
-        if len(profile.nvtx):
-            hint = (f"; candidates: {', '.join(iterations.candidates)}" if iterations.candidates else "")
-            todo = f"set --key_node to the NVTX range of one training step{hint}"
-        else:
-            todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
-        warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; {todo}")
-
-    ctx = ReportContext(profile, iterations, options)
-    info = RunInfo(
-        source=profile.meta.source,
-        nsys_version=profile.meta.nsys_version,
-        key_node=iterations.key_node,
-        key_node_reason=iterations.reason,
-        iterations_total=iterations.count,
-        iter_start=iterations.start,
-        iter_stop=iterations.stop,
-        iteration_window_ns=iterations.window,
-        profile_name=options.profile_name,
-        dlagg_version=__version__,
-        context=ctx,
-    )
+        _prepare_output(options, names, job)
     formats = _writers(options)
-    reports: list[Report] = []
+    needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
+    build = list(dict.fromkeys([*names, *needed])) if names else []
+    comm = communication_needed(job, build)
     writes = _Writes(log)
-    # A report is written (CSV, JSON) while the next ones are built: writers spend their time in
-    # Arrow compute and file writes, which release the GIL, builders mostly in pandas. Bulk
-    # reports (one row per kernel) are built first, so their writing overlaps the most.
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-        for name in build_order(names):
-            spec = REPORTS[name]
-            empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
-            if empty:
-                warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
-                                "(was the run profiled with 'nsys profile -t cuda'?)")
-                continue
-            with log.stage(f"built {name} report"):
-                built = ctx.report(name)
-            reports.append(built)
-            warnings.extend(built.warnings)
-            for fmt in formats:
-                if WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, [built], _out_dir(options, fmt), info)
-        for warning in dict.fromkeys(warnings):
+        if several:
+            task = rank_task(options, build, comm, several=True)
+            ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler,
+                              initializer=worker_init, log=log)
+            with log.stage(f"combined {len(ranks)} ranks"):
+                figures, built = combine(ranks, job, build)
+            info = _run_info(options, figures, names)
+            for name in names:
+                if name in built:
+                    _submit_per_report(writes, pool, formats, built[name], options, info)
+        else:
+            early: dict[str, RunInfo] = {}
+
+            def write_now(report: Report, rank: RankFigures) -> None:  # one rank: written as soon as built
+                early.setdefault("info", _run_info(options, JobFigures(job, (rank,), None), names))
+                if report.name in names:
+                    early[report.name] = early["info"]
+                    _submit_per_report(writes, pool, formats, report, options, early["info"])
+
+            ranks = [reduce_rank(job.sources[0], options, build, comm=comm, on_report=write_now, log=log)]
+            figures, built = combine(ranks, job, build)
+            info = _run_info(options, figures, names)
+            for name in names:
+                if name in built and name not in early:
+                    _submit_per_report(writes, pool, formats, built[name], options, info)
+        warnings = list(dict.fromkeys([*(w for r in ranks for w in r.warnings),
+                                       *(w for n in names if n in built for w in built[n].warnings)]))
+        for warning in warnings:
             log.warn(warning)
-        reports.sort(key=lambda r: names.index(r.name))  # back in the order reports are listed in
+        reports = [built[n] for n in names if n in built]  # in the order reports are listed in
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, reports, _out_dir(options, fmt), info)
+                    given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
+                    writes.submit(pool, fmt, given, _out_dir(options, fmt), info)
+        if options.per_rank and several:
+            for rank in ranks:  # ranks, not events
+                rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
+                try:
+                    _rank_dir(options, rank.source.rank).mkdir(exist_ok=True)
+                except OSError as exc:
+                    raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
+                                      f"({exc.strerror}); choose another --output_path") from None
+                for name in names:
+                    if name in rank.reports:
+                        for fmt in options.formats:
+                            writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
+                                          rank_info)
         written = writes.results(formats, names)
-    return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))
+    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings))
+
+
+def _submit_per_report(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], report: Report,
+                       options: Options, info: RunInfo | None) -> None:
+    for fmt in formats:
+        if WRITERS[fmt].per_report:
+            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+
+
+def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInfo:
+    """What the outputs say about where they came from: the job's files and its first rank's iterations."""
+    first = figures.ranks[0]
+    its = first.iterations
+    sources = list(dict.fromkeys(r.source.path.name for r in figures.ranks))
+    return RunInfo(
+        source=", ".join(sources),
+        nsys_version=first.meta.nsys_version,
+        key_node=its.key_node,
+        key_node_reason=its.reason,
+        iterations_total=its.count,
+        iter_start=its.start,
+        iter_stop=its.stop,
+        iteration_window_ns=its.window,
+        profile_name=options.profile_name,
+        dlagg_version=__version__,
+        gpu_names=tuple(str(n) for r in figures.ranks for n in r.gpus["name"]) if len(figures.ranks) == 1 else
+        tuple(f"rank {r.source.rank}: GPU {','.join(map(str, r.source.devices))}" for r in figures.ranks),
+        reports=tuple(names),
+        ranks=tuple(r.source.rank for r in figures.ranks),
+    )
 
 
 class _Writes:
@@ -210,7 +241,8 @@ class _Writes:
             job.result()
         release_free_memory()
         written: list[Path] = []
-        jobs = sorted(self.jobs, key=lambda j: names.index(j[1]))
+        order = {name: k for k, name in enumerate(REPORTS)}
+        jobs = sorted(self.jobs, key=lambda j: order[j[1]])
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
             if done:

@@ -85,7 +85,7 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     folder.mkdir()
     return {
         "missing": (tmp_path / "nope.sqlite", "no such file"),
-        "directory": (folder, "is a directory"),
+        "directory": (folder, "holds no *.sqlite file"),
         "empty": (empty, "is empty"),
         "text": (text, "not an SQLite database"),
         "nsys-rep": (rep, "nsys export --type sqlite"),

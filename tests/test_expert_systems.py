@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from dlagg.cli import main
+from dlagg.context import RankContext
 from dlagg.expert import DETECTORS, run_detectors
 from dlagg.options import Options
 from dlagg.reader import load_profile
-from dlagg.reports import ReportContext
-from dlagg.reports.expert_systems import COLUMNS
+from dlagg.reports.expert_systems import FIELDS
 from dlagg.timeline.iterations import detect_iterations
 
 from . import dlprof_csv, recorded
@@ -28,7 +28,7 @@ def findings(name: str, **kw: object):
     profile = load_profile(path)
     iterations = detect_iterations(profile, kw.pop("key_node", None), kw.pop("iter_start", None),
                                    kw.pop("iter_stop", None))
-    return run_detectors(ReportContext(profile, iterations, Options(nsys_database=path)))
+    return run_detectors(RankContext(profile, iterations, Options(nsys_database=path)))
 
 
 def fired(name: str, **kw: object) -> dict[str, object]:
@@ -233,9 +233,9 @@ def test_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert out.count("Problem detected:") == count == out.count("Recommended change:")
     csv = (tmp_path / "dlagg_expert_systems.csv").read_text().splitlines()
     assert csv[0] == "Expert Systems Feedback"
-    assert csv[1].split(",")[:3] == list(COLUMNS[:3])
+    assert csv[1].split(",")[:3] == [f.title for f in FIELDS[:3]]
     table = pd.read_csv(tmp_path / "dlagg_expert_systems.csv", skiprows=1, nrows=count)
-    assert list(table.columns) == list(COLUMNS)
+    assert list(table.columns) == [f.title for f in FIELDS]
     assert np.all(np.diff(table[STAKE].to_numpy()) <= 0)
 
 

@@ -48,13 +48,13 @@ def gpu_bound_export(tmp_path: Path) -> Path:
 
 def test_kernels_follow_their_launch_call_not_their_gpu_start(tmp_path: Path) -> None:
     rep, result = reports(gpu_bound_export(tmp_path), tmp_path)
-    table = rep["iteration"].table
+    table = rep["iteration"].main.frame
     # WHEN attributed by the launching API call, each step's kernel lands in its own iteration
-    assert table.set_index("Kernel Name")["Iteration"].to_dict() == {
+    assert table.set_index("kernel_name")["iteration"].to_dict() == {
         "step0_kernel": 0, "step1_kernel": 1, "step2_kernel": 2, "step3_kernel": 3}
     # ... although kernels 1-3 start after their step's range ended.
     its = result.iterations
-    late = table["GPU Start Time (ns)"].to_numpy() > its.ends[table["Iteration"].to_numpy()]
+    late = table["gpu_start_ns"].to_numpy() > its.ends[table["iteration"].to_numpy()]
     assert late.sum() == 3
 
 
@@ -64,9 +64,9 @@ def test_kernel_without_launch_call_falls_back_to_its_own_start(tmp_path: Path) 
     b.range(100, 200, "train_step")
     b.kernel(150, 160, "orphan", corr=999)  # no API row with this correlation id
     rep, _ = reports(b.write(tmp_path / "orphan.sqlite"), tmp_path)
-    row = rep["iteration"].table.iloc[0]
-    assert row["Iteration"] == 1
-    assert row["API Call Start (ns)"] is pd.NA
+    row = rep["iteration"].main.frame.iloc[0]
+    assert row["iteration"] == 1
+    assert row["api_start_ns"] is pd.NA
 
 
 def test_correlation_ids_are_joined_per_process(tmp_path: Path) -> None:
@@ -78,9 +78,9 @@ def test_correlation_ids_are_joined_per_process(tmp_path: Path) -> None:
     b.kernel(30, 40, "a", corr=1, pid=100)
     b.kernel(600, 610, "b", corr=1, pid=200)
     rep, _ = reports(b.write(tmp_path / "two_procs.sqlite"), tmp_path)
-    table = rep["iteration"].table.set_index("Kernel Name")
-    assert table.loc["a", "API Call Start (ns)"] == 10 and table.loc["a", "API Call Time (ns)"] == 10
-    assert table.loc["b", "API Call Start (ns)"] == 500 and table.loc["b", "API Call Time (ns)"] == 90
+    table = rep["iteration"].main.frame.set_index("kernel_name")
+    assert table.loc["a", "api_start_ns"] == 10 and table.loc["a", "api_duration_ns"] == 10
+    assert table.loc["b", "api_start_ns"] == 500 and table.loc["b", "api_duration_ns"] == 90
 
 
 def steps(tmp_path: Path, names: list[str], registered: bool = False) -> Path:
@@ -240,11 +240,11 @@ def test_gpu_utilization_is_averaged_over_gpus_and_partition_counts_overlap_once
     b.launch(30, 40, 300, 700, name="b", device=0, stream=8)  # overlaps a on another stream
     b.launch(50, 60, 800, 1000, name="c", device=1)
     rep, _ = reports(b.write(tmp_path / "two_gpus.sqlite"), tmp_path)
-    values = dict(rep["summary"].sections[1].table.values)
-    assert values["Wall Clock Time (ns)"] == 1000
-    assert values["GPU Utilization %"] == 40.0  # (600 + 200) / 2 GPUs / 1000 ns
+    values = rep["summary"].table("summary").values
+    assert values["wall_clock_ns"] == 1000
+    assert values["gpu_utilization_pct"] == 40.0  # (600 + 200) / 2 GPUs / 1000 ns
     # Kernel time in the partition counts each instant once: [100, 700) and [800, 1000).
-    assert values["Non-Tensor Core Kernel Duration %"] == 80.0
+    assert values["kernel_duration_pct"] == 80.0
     # API calls are CPU time where no kernel runs: [10, 20), [30, 40), [50, 60).
-    assert values["CPU Duration %"] == 3.0
-    assert values["Other Duration %"] == 17.0
+    assert values["cpu_duration_pct"] == 3.0
+    assert values["other_duration_pct"] == 17.0

@@ -92,10 +92,16 @@ def served(tmp_path_factory) -> Iterator[tuple[str, Path]]:
         yield base, out
 
 
-def report(out: Path, name: str, title: str) -> list[list[object]]:
+def table(out: Path, name: str, key: str) -> dict:
     doc = json.loads((out / f"dlagg_{name}.json").read_text())
-    (section,) = [s for s in doc["sections"] if s["title"] == title]
-    return section["rows"]
+    (found,) = [t for t in doc["tables"] if t["key"] == key]
+    return found
+
+
+def column(out: Path, name: str, key: str, field: str) -> list[object]:
+    found = table(out, name, key)
+    at = [f["key"] for f in found["fields"]].index(field)
+    return [row[at] for row in found["rows"]]
 
 
 def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
@@ -103,12 +109,12 @@ def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
     assert set(get(base, "/data/runs")) == {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
     series = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/time_ms")
     assert [step for _, step, _ in series] == list(range(START, STOP + 1))
-    summary = dict(report(out, "summary", "Summary Report"))
-    assert sum(v for _, _, v in series) * 1e6 == pytest.approx(summary["Wall Clock Time (ns)"], rel=1e-6)
+    (wall,) = column(out, "summary", "summary", "wall_clock_ns")
+    assert sum(v for _, _, v in series) * 1e6 == pytest.approx(wall, rel=1e-6)
     before = get(base, "/data/plugin/scalars/scalars", run="dlagg/before_iter_start", tag="iteration/kernel_count")
     assert [step for _, step, _ in before] == list(range(START))
     counts = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/kernel_count")
-    launches = [row[0] for row in report(out, "iteration", "Iteration Report")]  # column 0: Iteration
+    launches = column(out, "iteration", "launches", "iteration")
     assert [int(v) for _, _, v in counts] == [launches.count(i) for i in range(START, STOP + 1)]
     tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
     assert "Wall-clock time of the iteration" in tags["iteration/time_ms"]["description"]
@@ -119,11 +125,11 @@ def test_text_dashboards_over_http(served: tuple[str, Path]) -> None:
     tags = get(base, "/data/plugin/text/tags")["dlagg"]
     assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report"} <= set(tags)
     (summary,) = get(base, "/data/plugin/text/text", run="dlagg", tag="summary/Summary Report")
-    wall = dict(report(out, "summary", "Summary Report"))["Wall Clock Time (ns)"]
+    (wall,) = column(out, "summary", "summary", "wall_clock_ns")
     assert "<table>" in summary["text"] and "<td>Wall Clock Time (ns)</td>" in summary["text"]
     assert f"{wall:,}" in summary["text"]
     (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report")
-    first = report(out, "kernel", "Kernel Report")[0][0]
+    first = column(out, "kernel", "kernels", "kernel_name")[0]
     assert "_" in first and f"<td>{first}</td>" in kernels["text"]  # underscores shown, not turned into emphasis
     (meta,) = get(base, "/data/plugin/text/text", run="dlagg", tag="run/metadata")
     assert "<td>resnet_amp.sqlite</td>" in meta["text"] and f"<td>{START} to {STOP}</td>" in meta["text"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..reports.base import ReportContext
+    from ..context import RankContext
     from .facts import Facts
 
 HIGH, MEDIUM, LOW = "high", "medium", "low"
@@ -89,7 +89,7 @@ class Outcome:
     reason: str = ""
 
 
-def run_detectors(ctx: ReportContext) -> tuple[list[Finding], list[Outcome]]:
+def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
     """Every detector on `ctx`; findings sorted by time at stake (largest first, unknown last)."""
     from .facts import Facts
 

@@ -21,8 +21,8 @@ EXPOSED_COPY_MIN_SHARE = 0.05
 
 def _host_copies(facts: Facts) -> pd.DataFrame:
     """H2D and D2H copies of the aggregated iterations, with host memory kind and exposed time."""
-    ops = facts.selected_ops
-    copies = ops[ops["kind"].to_numpy() == MEMCPY]
+    rows = facts.selected_rows
+    copies = rows[rows["kind"].to_numpy() == MEMCPY]
     rows = facts.profile.memcpy.iloc[copies["row"].to_numpy()]
     kind = rows["copy_kind"].to_numpy()
     host_kind = np.where(kind == HTOD, rows["src_kind"].to_numpy(), rows["dst_kind"].to_numpy())

@@ -12,7 +12,10 @@ Contract: ``find_ops(profile, iterations, work, uses_tc, domains) -> Ops`` where
   thread), ``cpu_overhead`` (``cpu - api``), plus ``kernels``, ``tc_kernels``, ``kernel_time``,
   ``tc_kernel_time``;
 - ``ops``: one row per op (index = key): ``op_id``, ``op_name``, ``direction``, ``op_type``,
-  ``tc_eligible``, ``first_start``;
+  ``tc_eligible``, ``first_start``, ``forward_key`` (the key of the forward op a backward op is
+  linked to, -1), and the op's name across files: ``op_key`` (text: group path, direction, domain
+  and marker name, occurrence; a linked backward op's starts with its forward op's), ``forward_op_key``
+  ('' when not linked) and ``order`` (rank by first appearance), from which ``op_ids`` numbers them;
 - ``work_instance``: for each row of ``work`` (positionally), the instance that launched it, or -1.
 
 Which ranges are ops (heads). Every range nests in a per-thread tree (``tree.Forest``); the key
@@ -43,6 +46,7 @@ forward op instead: (forward op, backward node name, occurrence), and shares its
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,11 +126,13 @@ def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
                               else pd.Series(dtype=bool if c == "emit" else np.int64) for c in INSTANCE_COLUMNS})
     ops = pd.DataFrame({"op_id": pd.Series(dtype=object), "op_name": pd.Series(dtype=object),
                         "direction": pd.Series(dtype=object), "op_type": pd.Series(dtype=object),
-                        "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64)})
+                        "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64),
+                        "forward_key": pd.Series(dtype=np.int64), "op_key": pd.Series(dtype=object),
+                        "forward_op_key": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64)})
     return Ops(instances, ops, np.full(work_rows, -1, dtype=np.int64), warnings)
 
 
-def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series,
+def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: Callable[[np.ndarray], np.ndarray],
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
     rng = profile.nvtx
@@ -149,7 +155,8 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     h, paths, linked, work_instance, api_instance = found
     names = parsed.names
     op_names = _op_names(h, names, profile)
-    keys, ops = _group(h, linked, op_names, names)
+    texts = profile.strings.decode(parsed.ids).to_numpy(dtype=object)  # each distinct marker name's text
+    keys, ops = _group(h, linked, op_names, names, texts, paths, profile.meta.domains)
     h["key"] = keys
     path_text = _path_texts(h, paths, op_names)
     instances = _measure(h, names, path_text, work, work_instance, uses_tc, profile.runtime, api_instance)
@@ -429,8 +436,8 @@ def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_a
     return linked
 
 
-def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
-           names: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames, names: pd.DataFrame, texts: np.ndarray,
+           paths: list[str], domains: Mapping[int, str]) -> tuple[np.ndarray, pd.DataFrame]:
     """Op key of each instance and the op table (see the module docstring)."""
     n = len(h)
     name_key = h["name"].to_numpy() * 1_000_003 + h["domain"].to_numpy()  # distinct markers per domain
@@ -488,18 +495,41 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
     fk = ops["forward_key"].to_numpy()
     is_linked = fk >= 0
     ops.loc[is_linked, "op_type"] = ops["op_type"].reindex(fk[is_linked]).to_numpy()
-    # Op ID: upper-cased op type + ordinal in order of first appearance (DLProf's CONV2D_1, LINEAR_3).
-    own_ops = ops[~is_linked].sort_values("first_start", kind="stable")
-    stems = own_ops["op_type"].astype(str).map(_op_id_stem)
+    # The op's name across files: what it groups by, in text (the same op of every rank, or of two
+    # runs of one model, gets the same key), and its rank by first appearance.
+    marker = (pd.Series(h["domain"].to_numpy()[rep]).map(domains).fillna("").to_numpy(dtype=object) + ":"
+              + texts[h["name"].to_numpy()[rep]])
+    text = pd.Series(marker + "#" + occurrence[rep].astype(str).astype(object), index=first["key"].to_numpy())
+    own_rep = linked[rep] < 0
+    text[own_rep] = (np.asarray(paths, dtype=object)[h["path"].to_numpy()[rep[own_rep]]] + "|"
+                     + np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep[own_rep]]] + "|"
+                     + text[own_rep].to_numpy(dtype=object))
+    text = text.sort_index()
+    forward_text = text.reindex(np.maximum(fk, 0)).to_numpy(dtype=object)
+    ops["op_key"] = np.where(is_linked, forward_text + " > " + text.to_numpy(dtype=object), text.to_numpy(dtype=object))
+    ops["forward_op_key"] = np.where(is_linked, ops["op_key"].reindex(np.maximum(fk, 0)).to_numpy(dtype=object), "")
+    ops["order"] = ops["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
+    ops["op_id"] = op_ids(ops)
+    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key", "op_key",
+                      "forward_op_key", "order"]]
+
+
+def op_ids(ops: pd.DataFrame) -> np.ndarray:
+    """DLProf's Op IDs: upper-cased op type + ordinal in order of first appearance (CONV2D_1, LINEAR_3);
+    a backward op linked to a forward op shares its ID. `ops` has op_key, op_type, order and
+    forward_op_key ('' for an op that is not linked); the same function numbers one rank's ops and
+    the ops of several ranks combined."""
+    linked = ops["forward_op_key"].to_numpy(dtype=object) != ""
+    own = ops[~linked].sort_values(["order", "op_key"], kind="stable")
+    stems = own["op_type"].astype(str).map(_op_id_stem)
     ordinal = stems.groupby(stems.to_numpy(), sort=False).cumcount() + 1
-    ops["op_id"] = ""
-    ops.loc[own_ops.index, "op_id"] = (stems + "_" + ordinal.astype(str)).to_numpy()
-    ops.loc[is_linked, "op_id"] = ops["op_id"].reindex(fk[is_linked]).to_numpy()
-    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key"]]
+    ids = pd.Series((stems + "_" + ordinal.astype(str)).to_numpy(dtype=object), index=own["op_key"].to_numpy())
+    return np.where(linked, ids.reindex(ops["forward_op_key"].to_numpy()).fillna("").to_numpy(dtype=object),
+                    ids.reindex(ops["op_key"].to_numpy()).to_numpy(dtype=object))
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
-             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame,
+             work_instance: np.ndarray, uses_tc: Callable[[np.ndarray], np.ndarray], api: pd.DataFrame,
              api_instance: np.ndarray) -> pd.DataFrame:
     """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
@@ -514,7 +544,7 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
     span = np.where(last >= first, last - first, 0)
     is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
     tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
     duration = end - start
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()

@@ -61,8 +61,9 @@ def cut_sql(text: str) -> str:
 
 def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """`values` with invalid UTF-8 (nsys keeps some raw bytes) replaced, as sqlite3 would."""
-    if pa.types.is_null(values.type):
-        return values.cast(pa.string())
+    if pa.types.is_null(values.type) or (values.null_count == len(values) and not pa.types.is_string(values.type)):
+        # a column of NULLs only (a process without any NVTX text): the driver may type it as anything
+        return pa.nulls(len(values), pa.string())
     try:
         values.validate(full=True)
         return values

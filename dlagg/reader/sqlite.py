@@ -44,6 +44,8 @@ ONE_BATCH_ROWS = 2**30
 NVTX_SLICE_ROWS = 1 << 18
 # Worker threads for the reads; more than the cores only adds memory.
 READ_THREADS = max(1, min(4, os.cpu_count() or 1))
+# Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
+PROCESS_THREADS = 1 << 24
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
 DAMAGED = "{path}: cannot read the database ({exc}); the export may be truncated: export the nsys report again"
 
@@ -171,12 +173,28 @@ class Database:
             select.append(extra)
         return f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
 
-    def read(self, table: Table) -> tuple[pd.DataFrame, str | None]:
+    def process_filter(self, physical: str, process: int | None) -> str:
+        """SQL condition keeping one process's rows of `physical` ('' for all processes).
+
+        GPU tables carry the process (``globalPid``); CPU-side tables the thread, whose process part
+        is the same number in the high bits: a process's threads are the ids [globalPid, globalPid +
+        2^24). A table without either column cannot be split and is read whole.
+        """
+        if process is None:
+            return ""
+        present = set(self.columns(physical))
+        if "globalPid" in present:
+            return f'"globalPid" = {int(process)}'
+        if "globalTid" in present:
+            return f'"globalTid" >= {int(process)} AND "globalTid" < {int(process) + PROCESS_THREADS}'
+        return ""
+
+    def read(self, table: Table, process: int | None = None) -> tuple[pd.DataFrame, str | None]:
         """Read `table` with its declared dlagg columns and dtypes (empty frame if absent)."""
         physical = self.find(table.sources)
         if physical is None:
             return empty_frame(table), None
-        arrow = self.arrow(self.select(table, physical))
+        arrow = self.arrow(self.select(table, physical, where=self.process_filter(physical, process)))
         return frame_of(arrow, table.columns), physical
 
 
@@ -253,9 +271,10 @@ class _NvtxRead:
     drops the row ids that held no range (marks, domain rows, gaps).
     """
 
-    def __init__(self, db: Database, strings_table: str) -> None:
+    def __init__(self, db: Database, strings_table: str, process: int | None = None) -> None:
         self.db = db
         self.physical = db.find(schema.NVTX.sources)
+        self.process = process
         self.slices: list[tuple[int, int]] = []
         self.text = "NULL"
         if self.physical is None:
@@ -290,6 +309,8 @@ class _NvtxRead:
         Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
         where = f"rowid >= {lo} AND rowid < {hi}"
+        own = self.db.process_filter(self.physical, self.process)  # type: ignore[arg-type]
+        where += f" AND {own}" if own else ""
         arrow = self.db.arrow(f"{self.sql} WHERE {where}")
         offset, n = lo - self.first, arrow.num_rows
         for column in schema.NVTX.columns:
@@ -384,8 +405,9 @@ def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]
     return ids, values
 
 
-def load_profile(path: str | Path) -> Profile:
-    """Read every table dlagg uses from the nsys export at `path`."""
+def load_profile(path: str | Path, process: int | None = None) -> Profile:
+    """Read every table dlagg uses from the nsys export at `path`: all of it, or one process's rows
+    (`process`: its ``globalPid``, for files that hold several ranks)."""
     path = Path(path)
     db = Database(path)
     try:
@@ -394,16 +416,17 @@ def load_profile(path: str | Path) -> Profile:
         if strings_table is None or not known:
             raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
                              "event tables); pass the file made by 'nsys export --type sqlite'")
-        nvtx = _NvtxRead(db, strings_table)
+        nvtx = _NvtxRead(db, strings_table, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
             # NVTX slices first: they are most of the work, the small tables fill in behind them
             slices = [pool.submit(nvtx.read_slice, lo, hi) for lo, hi in nvtx.slices]
-            tables = {t.name: pool.submit(db.read, t) for t in others}
+            tables = {t.name: pool.submit(db.read, t, process) for t in others}
             string_ids = pool.submit(_string_ids, db, strings_table)
             meta_values = _key_values(db, schema.META_TABLES)
             env = _key_values(db, schema.SYSTEM_ENV_TABLES)
             gpus = _gpus(db)
+            session_start = _session_start(db)
             results = _results(slices)
             frames = {name: job.result()[0] for name, job in tables.items()}
             physical = {name: job.result()[1] for name, job in tables.items()}
@@ -421,6 +444,10 @@ def load_profile(path: str | Path) -> Profile:
 
     start, end = _time_range(frames)
     frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    if gpus.empty and len(frames["kernels"]):  # no GPU table (some exports): the devices kernels ran on
+        devices = np.unique(frames["kernels"]["device_id"].to_numpy())
+        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": np.nan, "cc_minor": np.nan,
+                             "total_memory": np.nan, "sm_count": np.nan})
     meta = ProfileMeta(
         source=path.name,
         nsys_version=meta_values.get("EXPORT_PRODUCT_VERSION", ""),
@@ -430,10 +457,21 @@ def load_profile(path: str | Path) -> Profile:
         domains=domains,
         start=start,
         end=end,
+        session_start_utc=session_start,
+        process=process,
     )
     details = nv.NvtxDetails(str(path.resolve()), nvtx.physical, nvtx.text)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
+
+
+def _session_start(db: Database) -> int | None:
+    """Wall-clock time (ns since the Unix epoch) of the session's time 0, when the export says."""
+    if "TARGET_INFO_SESSION_START_TIME" not in db.tables or "utcEpochNs" not in db.columns(
+            "TARGET_INFO_SESSION_START_TIME"):
+        return None
+    rows = db.query('SELECT "utcEpochNs" FROM "TARGET_INFO_SESSION_START_TIME" LIMIT 1')
+    return int(rows[0][0]) if rows and isinstance(rows[0][0], int) else None
 
 
 def _results(jobs: list) -> list:  # type: ignore[type-arg]

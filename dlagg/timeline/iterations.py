@@ -145,8 +145,14 @@ def detect_iterations(
     key_node: str | None = None,
     iter_start: int | None = None,
     iter_stop: int | None = None,
+    *,
+    clamp: bool = False,
 ) -> Iterations:
-    """Iteration windows from the key node's instances, restricted to iter_start..iter_stop."""
+    """Iteration windows from the key node's instances, restricted to iter_start..iter_stop.
+
+    With `clamp` (one rank of several, which may have fewer iterations than the others), an
+    --iter_stop past the last iteration stops at the last one instead of being an error.
+    """
     if key_node:
         reason = "given with --key_node"
     else:
@@ -162,6 +168,8 @@ def detect_iterations(
     count = len(ends)
     start = 0 if iter_start is None else iter_start
     stop = count - 1 if iter_stop is None else iter_stop
+    if clamp and stop >= count:
+        stop = count - 1
     for label, value in (("--iter_start", start), ("--iter_stop", stop)):
         if not 0 <= value < count:
             raise OptionsError(f"{label}={value} is out of range: {profile.meta.source} has {count} "
