@@ -40,15 +40,23 @@ _RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
 
 
 def glob_regex(pattern: str) -> str:
-    """A ``*`` glob as a regular expression that both Python ``re`` and RE2 accept."""
-    return ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*"))
+    """A ``*`` glob as a regular expression that both Python ``re`` and RE2 accept.
+
+    ``*`` matches any text, line breaks included (``(?s:...)``: NVTX texts may span lines).
+    """
+    return "(?s:" + ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*")) + ")"
 
 
 def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
     """Instances of `key_node` on the thread that has most of them (one rank, one loop)."""
     found = profile.nvtx
     if "*" in key_node:
-        ids = profile.strings.ids_matching(glob_regex(key_node))
+        try:
+            ids = profile.strings.ids_matching(glob_regex(key_node))
+        except ValueError as exc:  # RE2 refuses patterns over its memory budget (about 1 MB of glob)
+            shown = key_node if len(key_node) <= 60 else key_node[:57] + "..."
+            raise OptionsError(f"--key_node='{shown}' ({len(key_node)} characters) cannot be matched ({exc}); "
+                               "give the exact range name or a shorter glob") from None
     else:
         ids = profile.strings.ids_equal(key_node)
     found = found[np.isin(found["text_id"].to_numpy(), ids)]
