@@ -284,8 +284,6 @@ def test_damage_found_mid_read_is_one_line_and_exit_1(tmp_path: Path, capsys, mo
     assert path.read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, reason="a BLOB among NVTX texts turns the column binary and ends in an internal "
-                                       "error (utf8_slice_codeunits has no binary kernel): reader hardening")
 def test_a_blob_nvtx_text_reads_like_invalid_utf8_text(tmp_path: Path) -> None:
     """sqlite3 hands a BLOB back as bytes; like invalid UTF-8 text, it should read with replacements."""
     b = ExportBuilder()

@@ -65,12 +65,18 @@ def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
     if pa.types.is_null(values.type) or (values.null_count == len(values) and not pa.types.is_string(values.type)):
         # a column of NULLs only (a process without any NVTX text): the driver may type it as anything
         return pa.nulls(len(values), pa.string())
-    try:
-        values.validate(full=True)
-        return values
-    except pa.ArrowInvalid:  # rare: decode in Python with replacement characters
-        raw = values.cast(pa.binary()).to_pylist()
-        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], type=pa.string())
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        try:
+            values.validate(full=True)
+            return values
+        except pa.ArrowInvalid:  # rare: some raw bytes (text typed as text, or BLOB values among texts)
+            pass
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    # decoded with replacement characters once per distinct value, in Python, then taken per row
+    encoded = pc.dictionary_encode(values.cast(pa.binary()))
+    texts = [b.decode("utf-8", "replace") for b in encoded.dictionary.to_pylist()]  # distinct values
+    return pa.array(texts, type=pa.string()).take(encoded.indices)
 
 
 @dataclass(frozen=True)
