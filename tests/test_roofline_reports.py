@@ -508,3 +508,11 @@ def test_utilization_past_the_peak_is_not_reported(tmp_path: Path) -> None:
     other = RankContext(profile, ctx.iterations, Options(nsys_database=recording("resnet_amp"),
                                                          ncu_report=ncu_csv("resnet_amp"), ncu_rank=1), rank=0)
     assert other.roofline is None and all(v is None for _, v in mfu_lines(other, 15.8e6)[0])
+    # an ncu step of another program (a few names match by chance): no utilization either
+    small = load_profile(recording("cuda_graph"))
+    alien = RankContext(small, detect_iterations(small, None, None, None),
+                        Options(nsys_database=recording("cuda_graph"), ncu_report=ncu_csv("resnet_amp")))
+    assert 0 < alien.roofline_match.matched < 10
+    lines, warnings = mfu_lines(alien, 1e6)
+    assert all(v is None for f, v in lines if f.key != "peak" and f.key != "peak_tflop_per_s")
+    assert any("0 % of the FLOPs resnet_amp_raw.csv.gz counted are in this run's iterations" in w for w in warnings)

@@ -287,13 +287,18 @@ MFU_FIELDS = (
 # The FLOP counts the utilization needs for every kernel: SIMT FP32 and FP16 and tensor work (FP64 is
 # left out: few collections have it and little training work is FP64).
 COUNTED = ("flops_fp32", "flops_fp16", "flops_tensor")
+# Share of the ncu step's FLOPs that must fall in the run's iterations (kernels matched, weighted by the
+# iterations launching them) for the utilization to describe the run: a kernel or two a library renamed
+# may stay unmatched, a different program may not.
+MATCHED_FLOPS = 0.9
 
 
 def mfu_lines(ctx: RankContext, iteration_ns: float) -> tuple[list[tuple[Field, object]], tuple[str, ...]]:
     """The summary's model FLOPs utilization lines: FLOPs of one iteration as ncu measured them (each
     ncu kernel's FLOPs weighted by the share of the aggregated iterations launching it), over the
     average iteration time (`iteration_ns`), against the ceiling of the pipe that did the most FLOPs.
-    Values are None (blank) where unknown and on ranks without the ncu report; a warning says why."""
+    Values are None (blank) where unknown (FLOP metrics missing, under MATCHED_FLOPS of the ncu FLOPs
+    in the iterations, past the peak) and on ranks without the ncu report; a warning says why."""
     roof = ctx.roofline
     values: dict[str, object] = {f.key: None for f in MFU_FIELDS}
     warnings: list[str] = []
@@ -303,13 +308,16 @@ def mfu_lines(ctx: RankContext, iteration_ns: float) -> tuple[list[tuple[Field, 
                         "warnings for the ncu options that collect them)")
     elif roof is not None:
         flops = iteration_flops(roof, ctx.roofline_match)
+        counted = iteration_flops(roof)  # every ncu kernel's
+        share = flops / counted if counted > 0 else 0.0
+        if share < MATCHED_FLOPS:  # the ncu step is not (mostly) this run's: its FLOPs say little about it
+            warnings.append(f"summary: no Model FLOPs Utilization: {100 * share:.0f} % of the FLOPs {name} counted "
+                            "are in this run's iterations (see the roofline warning about matching)")
+            flops = 0.0
         achieved = flops / iteration_ns * 1e9 if flops > 0 and iteration_ns > 0 else None  # FLOP/s
         peak = main_compute(roof)
         if flops > 0:
             values["iteration_flops"] = flops
-        else:
-            warnings.append(f"summary: no Model FLOPs Utilization: none of the FLOPs {name} counted is in this "
-                            "run's iterations (see the roofline warnings about matching)")
         if achieved is not None:
             values["achieved_tflop_per_s"] = achieved / 1e12
         if peak is not None:
