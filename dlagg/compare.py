@@ -52,7 +52,8 @@ CONTRIBUTORS = 3  # op types named in the verdict
 NAME_CHARS = 200  # a long kernel name shown in the Name column is cut here (the Key keeps it whole)
 
 # Statistics (docs/compare.md). The seed is fixed so the same two profiles always give the same
-# interval; 10,000 resamples put the interval's ends within about 0.1 % of their limit.
+# interval. With 10,000 resamples the interval's ends move by a standard deviation of about 0.001
+# (in ratio units) from one seed to another (tests/test_compare.py checks it).
 RESAMPLES = 10_000
 SEED = 12
 CONFIDENCE = 0.95
@@ -418,7 +419,7 @@ def _kernel_names(baseline: Side, current: Side, identity: str) -> dict[str, str
 
 @dataclass(frozen=True)
 class _Findings:
-    fired: dict[str, tuple[float | None, str]]  # detector -> (time at stake per iteration, problem)
+    fired: dict[str, tuple[object, str]]  # detector -> (time at stake per iteration or None, problem)
     not_run: frozenset[str]  # detectors that could not run for lack of data
 
 
@@ -427,22 +428,21 @@ def _findings_of(side: Side) -> _Findings | None:
     if table is None:
         return None
     frame = table.frame
-    stakes = frame["time_at_stake_ns"].astype("Float64")
-    fired = {str(d): (None if pd.isna(s) else float(s), str(p))
-             for d, s, p in zip(frame["detector"], stakes, frame["problem"], strict=True)}  # one per finding
+    fired = {str(d): (None if pd.isna(s) else _plain(s), str(p))  # integer ns (the report rounds them)
+             for d, s, p in zip(frame["detector"], frame["time_at_stake_ns"], frame["problem"], strict=True)}
     statuses = side.table("expert_systems", "detectors")
     not_run = frozenset() if statuses is None else frozenset(
         statuses.frame.loc[statuses.frame["status"].astype(str) == "not run", "detector"].astype(str))
     return _Findings(fired, not_run)
 
 
-def _state(findings: _Findings | None, detector: str) -> tuple[bool | None, float | None]:
+def _state(findings: _Findings | None, detector: str) -> tuple[bool | None, object]:
     """(fired?, time at stake: 0 when silent) of a detector on one side; (None, None) where it could not run."""
     if findings is None or detector in findings.not_run:
         return None, None
     if detector in findings.fired:
         return True, findings.fired[detector][0]
-    return False, 0.0
+    return False, 0
 
 
 def finding_rows(baseline: Side, current: Side) -> tuple[pd.DataFrame, tuple[str, ...], tuple[str, ...]]:
@@ -453,8 +453,8 @@ def finding_rows(baseline: Side, current: Side) -> tuple[pd.DataFrame, tuple[str
     rows, gone, new = [], [], []
     for detector in detectors:  # a dozen detectors
         (bf, bs), (cf, cs) = _state(b, detector), _state(c, detector)
-        delta = cs - bs if bs is not None and cs is not None else None
-        pct = 100.0 * delta / bs if delta is not None and bf and cf and bs else None
+        delta = cs - bs if _number(bs) and _number(cs) else None  # type: ignore[operator]
+        pct = 100.0 * delta / bs if delta is not None and bf and cf and bs else None  # type: ignore[operator]
         problem = (c.fired if c and detector in c.fired else b.fired if b else {}).get(detector, (None, ""))[1]
         rows.append({"section": FINDINGS, "name": label(detector), "baseline": bf, "current": cf, "delta": delta,
                      "delta_pct": pct, "note": problem, "key": f"finding:{detector}", "unit": NS})
