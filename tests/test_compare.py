@@ -21,7 +21,7 @@ from dlagg.pipeline import run
 from dlagg.reports.figures import NS, Field, Table
 
 from .builders import ExportBuilder
-from .conftest import SHARED, recording
+from .conftest import recording
 
 STEPS = 15  # train_step iterations in the resnet recordings
 # TensorBoard scalars are float32 in ms
@@ -328,14 +328,10 @@ def test_ranks_of_an_iteration_are_resampled_together() -> None:
     assert low <= 2.0 <= high
 
 
-# --- several ranks on each side (shared multi-GPU recordings) ------------------------------------
+# --- several ranks on each side (the 2-GPU recordings) ----------------------------------------------
 
-def test_several_ranks_on_each_side(tmp_path: Path) -> None:
-    folder = SHARED / "nsys-2022.4-multi"
-    pair = folder / "ddp2_gpt_per_rank"
-    if not pair.exists():
-        pytest.skip(f"multi-GPU fixtures not available in {SHARED}")
-    spec = str(pair / "*.sqlite")
+def test_several_ranks_on_each_side(tmp_path: Path, multi) -> None:
+    spec = str(multi("ddp2_gpt_per_rank") / "*.sqlite")
     result = run(Options(nsys_database=spec, baseline=Baseline(spec), reports=("summary",), formats=("json",),
                          output_path=tmp_path, verbosity="quiet", workers=1))
     rows = compared(tmp_path)
