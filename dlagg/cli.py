@@ -65,6 +65,16 @@ def percent(text: str) -> float:
     return value
 
 
+def rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"ranks are numbered from 0, got {value}")
+    return value
+
+
 def iteration(text: str) -> int:
     try:
         value = int(text)
@@ -88,6 +98,8 @@ def _reports_help() -> str:
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
         "  dlagg --nsys_database=after.sqlite --baseline=before.sqlite --reports=all --fail_if_slower=5",
+        "  dlagg --nsys_database=run.sqlite --ncu_report=step.csv --reports=all      # with the roofline",
+        "  dlagg --ncu_report=step.csv --peaks=peaks.json --reports=roofline      # ncu alone, measured ceilings",
     ]
     return "\n".join(lines)
 
@@ -109,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", required=True,
+    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", default=None,
         help="the nsys SQLite export(s) or nvprof databases (nvprof -o / .nvvp) to read, read-only: a file, a comma "
-             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks)")
+             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks). Needed by "
+             "every report but the roofline")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
@@ -137,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
         help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
              "needs pip install 'dlagg[dask]'")
+    add("--ncu_report", default=None, metavar="CSV",
+        help="Nsight Compute metrics of one training step ('ncu -i step.ncu-rep --csv --page raw > step.csv', plain "
+             "or .gz), read-only: adds the roofline report, roofline figures to the kernel, op_type and summary "
+             "reports, and measured Tensor Core use; alone (no --nsys_database) it gives the roofline report only")
+    add("--peaks", default=None, metavar="JSON",
+        help="measured ceilings replacing ncu's own where the file names them (format: docs/roofline.md)")
+    add("--ncu_rank", type=rank, default=None, metavar="N",
+        help="the rank whose process ncu profiled, when the nsys export(s) hold several (default: the first rank)")
     add_baseline_arguments(parser)
     return parser
 
@@ -193,6 +214,9 @@ def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> 
         per_rank=args.per_rank,
         workers=args.workers,
         scheduler=args.scheduler,
+        ncu_report=args.ncu_report,
+        peaks=args.peaks,
+        ncu_rank=args.ncu_rank,
         baseline=baseline,
     )
 
@@ -214,6 +238,11 @@ def tune_process() -> None:
         mallopt(M_ARENA_MAX, 1)
 
 
+def _input_name(options: Options) -> str:
+    """The input file a message names: the nsys export, else the ncu report."""
+    return Path(str(options.nsys_database if options.nsys_database is not None else options.ncu_report)).name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -229,14 +258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        source = Path(str(options.nsys_database)).name
+        source = _input_name(options)
         print(f"dlagg: error: out of memory on {source}; dlagg needs up to about twice the "
               "export's size in memory: run it on a machine with more", file=sys.stderr)
         return INTERNAL
     except Exception as exc:  # a bug: one line, the traceback only when asked for
         if options.level >= DIAGNOSTIC:
             traceback.print_exc()
-        print(f"dlagg: internal error on {Path(str(options.nsys_database)).name}: {type(exc).__name__}: {exc}; "
+        print(f"dlagg: internal error on {_input_name(options)}: {type(exc).__name__}: {exc}; "
               "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
         return INTERNAL
     for built in result.reports:

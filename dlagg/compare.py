@@ -667,6 +667,8 @@ def baseline_job(options: Options) -> tuple[Options, Job] | None:
             raise OptionsError("--reports=compare compares with a baseline: pass --baseline=BEFORE (the profile "
                                "to compare with)")
         return None
+    if options.nsys_database is None:
+        raise OptionsError("--baseline compares two nsys exports: pass --nsys_database (the profile after the change)")
     reads = options.baseline.options(options, NEEDS)
     if reads.profile_name == options.profile_name:
         raise OptionsError(f"--baseline_profile_name={reads.profile_name} is the current profile's name too: "

@@ -15,7 +15,8 @@ class Options:
     Field names follow DLProf's command line (``--nsys_database``, ``--key_node``, ...).
     """
 
-    nsys_database: Path | str  # one export, a comma list, a glob or a folder (reader.discover.input_paths)
+    # one export, a comma list, a glob or a folder (reader.discover.input_paths); None: ncu_report alone
+    nsys_database: Path | str | None = None
     reports: tuple[str, ...] = ()
     formats: tuple[str, ...] = ("csv",)
     output_path: Path = Path(".")
@@ -31,6 +32,11 @@ class Options:
     per_rank: bool = False  # also write every report per rank (<output_path>/rank<N>/)
     workers: int | None = None  # processes reading ranks at once (None: one per core; 1: in this process)
     scheduler: str | None = None  # address of a Dask distributed scheduler that reads the ranks instead
+    # Roofline (docs/roofline.md): the 'ncu --csv --page raw' export of one training step, a peaks file
+    # whose ceilings replace ncu's own, and the rank ncu profiled (None: the job's first rank)
+    ncu_report: Path | str | None = None
+    peaks: Path | str | None = None
+    ncu_rank: int | None = None
     baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
 
     @property
@@ -71,4 +77,7 @@ class Baseline:
             domains=self.domains if self.domains is not None else current.domains,
             per_rank=False,
             baseline=None,
+            ncu_report=None,  # the Nsight Compute metrics are the current profile's
+            peaks=None,
+            ncu_rank=None,
         )

@@ -5,13 +5,17 @@ combined over ranks -> writers.
 export with one GPU process) is reduced in this process, and each report is written while the next
 is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
 combined by ``job.combine`` before anything is written.
+
+With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
+with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
+(``reports.roofline.build_alone``), and asking for a report that needs an nsys export is an error.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,18 +23,21 @@ from pathlib import Path
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
-from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank
+from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import REPORTS, Report
-from .reports.base import JobFigures, RankFigures
+from .reports.base import NCU, NSYS, JobFigures, RankFigures
+from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
+# The pictures reports draw (PNG) are written with their reports, whatever --formats.
+IMAGES = "png"
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
@@ -46,34 +53,64 @@ class Result:
 
     @property
     def iterations(self) -> Iterations:
-        """The first rank's iterations (the only rank's, in a one-rank run)."""
+        """The first rank's iterations (the only rank's, in a one-rank run; a run of an ncu report alone
+        has no rank)."""
         return self.ranks[0].iterations
 
 
-def resolve_reports(requested: tuple[str, ...], several: bool = False) -> list[str]:
+def resolve_reports(requested: tuple[str, ...], several: bool = False,
+                    inputs: frozenset[str] = frozenset({NSYS})) -> list[str]:
     """The requested report names, in registry order; 'all' means every registered report that applies
-    (the ranks and collectives reports when there are several ranks)."""
+    (the ranks and collectives reports when there are several ranks; those whose `inputs` were given:
+    the roofline report with an ncu report, the others with an nsys export)."""
     names: set[str] = set()
+    lacking: list[str] = []
     for name in requested:
         if name == "all":
-            names.update(n for n, spec in REPORTS.items() if several or not spec.only_with_ranks)
+            names.update(n for n, spec in REPORTS.items()
+                         if (several or not spec.only_with_ranks) and spec.inputs <= inputs)
         elif name == COMPARE:  # written with --baseline (compare.baseline_job checks it is given)
             continue
-        elif name in REPORTS:
+        elif name in REPORTS and REPORTS[name].inputs <= inputs:
             names.add(name)
+        elif name in REPORTS:
+            lacking.append(name)
         else:
             raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
+    if lacking:
+        if NSYS not in inputs:
+            raise OptionsError(f"--reports: {', '.join(lacking)} need an nsys export: pass --nsys_database (with "
+                               "--ncu_report alone dlagg writes the roofline report only)")
+        raise OptionsError(f"--reports: {', '.join(lacking)} needs Nsight Compute metrics: pass --ncu_report=step.csv "
+                           "(ncu -i step.ncu-rep --csv --page raw > step.csv; docs/roofline.md)")
     return [n for n in REPORTS if n in names]
+
+
+def _inputs(options: Options) -> frozenset[str]:
+    """The inputs given: an nsys export, an ncu report."""
+    return frozenset({*([NSYS] if options.nsys_database is not None else []),
+                      *([NCU] if options.ncu_report is not None else [])})
+
+
+def _check_roofline_options(options: Options) -> None:
+    if options.ncu_report is None:
+        for given, option in ((options.peaks, "--peaks"), (options.ncu_rank, "--ncu_rank")):
+            if given is not None:
+                raise OptionsError(f"{option} applies to the roofline of an Nsight Compute report: pass --ncu_report "
+                                   "too, or leave it out")
+    elif options.nsys_database is None and options.ncu_rank is not None:
+        raise OptionsError("--ncu_rank chooses among the ranks of an nsys export: pass --nsys_database too, or leave "
+                           "it out")
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
-        if fmt not in WRITERS or fmt == TENSORBOARD:
-            choices = ", ".join(w for w in WRITERS if w != TENSORBOARD)
+        if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
+            choices = ", ".join(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
-def _prepare_output(options: Options, names: list[str], job: Job, also: list[Path]) -> None:
+def _prepare_output(options: Options, names: list[str], job: Job, also: Sequence[Path] = ()) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -92,7 +129,7 @@ def _prepare_output(options: Options, names: list[str], job: Job, also: list[Pat
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
     targets = [p for fmt in _writers(options)
-               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + also
+               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
     if options.per_rank and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
@@ -105,6 +142,8 @@ def _prepare_output(options: Options, names: list[str], job: Job, also: list[Pat
 
 def _writers(options: Options) -> list[str]:
     formats = list(options.formats)
+    if IMAGES in WRITERS:
+        formats.append(IMAGES)
     if not options.suppress_tb_files and TENSORBOARD in WRITERS:
         formats.append(TENSORBOARD)
     return formats
@@ -124,15 +163,19 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
     _check_formats(options.formats)
+    _check_roofline_options(options)
+    baseline = baseline_job(options)  # None without --baseline
+    if options.nsys_database is None:
+        return _run_ncu_alone(options, log)
     paths = input_paths(options.nsys_database)
     for path in paths:
         check_input(path)
     job = discover(paths)
-    baseline = baseline_job(options)  # None without --baseline
+    options = with_ncu_rank(options, job)
     several = len(job.sources) > 1
     if several or job.files > 1:
         log.info(f"found {job.describe()}")
-    names = resolve_reports(options.reports, several)
+    names = resolve_reports(options.reports, several, _inputs(options))
     if names or baseline:
         _prepare_output(options, names, job, _comparison_targets(options))
     formats = _writers(options)
@@ -233,6 +276,35 @@ def _compare(baseline: tuple[Options, Job], options: Options, current: Side, wri
     return comparison
 
 
+def _run_ncu_alone(options: Options, log: Log) -> Result:
+    """--ncu_report without an nsys export: the roofline report of the ncu kernels alone."""
+    if options.ncu_report is None:
+        raise OptionsError("nothing to read: pass --nsys_database (an nsys SQLite export) and/or --ncu_report (an "
+                           "Nsight Compute raw-page CSV)")
+    job = Job(sources=(), files=0, processes=0, numbering="no nsys export")
+    names = resolve_reports(options.reports, inputs=_inputs(options))
+    if not names:
+        return Result(job, (), (), (), ())
+    if "all" in options.reports:
+        log.info("no nsys export: the roofline report only (the other reports need --nsys_database)")
+    _prepare_output(options, names, job)
+    with log.stage(f"built roofline report from {Path(str(options.ncu_report)).name} alone"):
+        report = build_alone(options)
+    for warning in report.warnings:
+        log.warn(warning)
+    info = RunInfo(source=Path(str(options.ncu_report)).name, nsys_version="", key_node="",
+                   key_node_reason="no nsys export: the ncu report's kernels alone", iterations_total=0, iter_start=0,
+                   iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
+                   dlagg_version=__version__, reports=tuple(names), ranks=())
+    formats = _writers(options)
+    writes = _Writes(log)
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        for fmt in formats:
+            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+        written = writes.results(formats, names)
+    return Result(job, (), (report,), tuple(written), report.warnings)
+
+
 def _submit_per_report(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], report: Report,
                        options: Options, info: RunInfo | None) -> None:
     for fmt in formats:
@@ -290,7 +362,7 @@ class _Writes:
         jobs = sorted(self.jobs, key=lambda j: order.get(j[1], len(order)))  # the compare report last
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
-            if done:
+            if any(paths for paths, _ in done):  # the image writer writes only reports with images
                 self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
             for paths, _ in done:
                 written.extend(paths)

@@ -21,7 +21,7 @@ from dlagg.pipeline import run
 from dlagg.reports.figures import NS, Field, Table
 
 from .builders import ExportBuilder
-from .conftest import recording
+from .conftest import ncu_csv, recording
 
 STEPS = 15  # train_step iterations in the resnet recordings
 # TensorBoard scalars are float32 in ms
@@ -374,3 +374,20 @@ def test_existing_compare_report_needs_force(tmp_path: Path, capsys) -> None:
     assert code == 0, err
     assert {p.name for p in tmp_path.iterdir()} == {"dlagg_compare.csv"}  # --reports=compare: the comparison only
     assert "Iteration time" in out
+
+
+def test_baseline_options_override_the_current_ones_and_leave_the_ncu_report_out() -> None:
+    current = Options(nsys_database="after.sqlite", key_node="train_step", iter_start=2, domains=("a",),
+                      ncu_report="step.csv", peaks="peaks.json", ncu_rank=1, profile_name="amp")
+    reads = Baseline("before.sqlite", iter_start=0, domains=()).options(current, ("summary",))
+    assert (reads.nsys_database, reads.key_node, reads.iter_start, reads.domains) == ("before.sqlite", "train_step",
+                                                                                     0, ())
+    assert (reads.ncu_report, reads.peaks, reads.ncu_rank, reads.baseline) == (None, None, None, None)
+    assert reads.profile_name == "amp_baseline" and reads.reports == ("summary",)
+
+
+def test_baseline_needs_an_nsys_export_to_compare_with(tmp_path: Path, capsys) -> None:
+    code, _, err = dlagg(capsys, f"--ncu_report={ncu_csv('resnet_amp')}", f"--baseline={recording('resnet_fp32')}",
+                         f"--output_path={tmp_path}", "-b")
+    assert code == 2 and "--baseline compares two nsys exports: pass --nsys_database" in err
+    assert not list(tmp_path.iterdir())

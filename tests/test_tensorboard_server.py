@@ -1,4 +1,5 @@
-"""The real TensorBoard serves dlagg's event files: scalars, text dashboards and the custom-scalars layout.
+"""The real TensorBoard serves dlagg's event files: scalars, text dashboards, the custom-scalars layout and the
+roofline images.
 
 Starts ``python -m tensorboard.main`` on 127.0.0.1 with a free port, asks its HTTP API (what the
 browser asks), and always stops it (its whole process group: TensorBoard may start a data server).
@@ -26,7 +27,7 @@ from dlagg.options import Options
 from dlagg.pipeline import run
 from dlagg.writers.tensorboard_writer import TOP_OP_TYPES
 
-from .conftest import recording
+from .conftest import ncu_csv, recording
 
 START, STOP = 3, 12
 # TensorBoard imports and loads the folder in a few seconds; a slow CI machine gets a margin.
@@ -41,10 +42,13 @@ def free_port() -> int:
 
 
 def get(base: str, path: str, **params: str) -> object:
+    return json.loads(get_bytes(base, path, **params).decode())
+
+
+def get_bytes(base: str, path: str, **params: str) -> bytes:
     url = f"{base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
     with urllib.request.urlopen(url, timeout=10) as response:
-        body = response.read().decode()
-    return json.loads(body)
+        return response.read()
 
 
 @contextmanager
@@ -86,7 +90,7 @@ def tensorboard(logdir: Path, log: Path, expected_runs: set[str]) -> Iterator[st
 def served(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     out = tmp_path_factory.mktemp("served")
     run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("json",), output_path=out,
-                iter_start=START, iter_stop=STOP, verbosity="quiet"))
+                iter_start=START, iter_stop=STOP, verbosity="quiet", ncu_report=ncu_csv("resnet_amp")))
     runs = {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
     with tensorboard(out / "event_files", out / "tensorboard.log", runs) as base:
         yield base, out
@@ -149,3 +153,13 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=ops_chart["multiline"]["tag"][0])
     assert len(data["tag_to_events"]) == TOP_OP_TYPES
     assert all(tag.startswith("op_type_gpu_ms/") for tag in data["tag_to_events"])
+
+
+def test_roofline_images_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    tags = get(base, "/data/plugin/images/tags")["dlagg"]
+    assert {"roofline/kernels", "roofline/op_types"} <= set(tags)
+    for tag, file in (("roofline/kernels", "dlagg_roofline.png"), ("roofline/op_types", "dlagg_roofline_op_type.png")):
+        (image,) = get(base, "/data/plugin/images/images", run="dlagg", tag=tag, sample="0")
+        assert image["step"] == 0
+        assert get_bytes(base, "/data/plugin/images/individualImage?" + image["query"]) == (out / file).read_bytes()

@@ -1,7 +1,8 @@
 """Kernel report: one row per (kernel, op that launched it) over the aggregated iterations.
 
 GPU time is the kernel's duration; API time the duration of the CUDA call that launched it
-(kernels without a launching call have none: their API figures are missing, not zero).
+(kernels without a launching call have none: their API figures are missing, not zero). With
+--ncu_report, each row also gets the roofline of its ncu-profiled launches (``roofline.RATE_FIELDS``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .figures import (
     stat_fields,
     summed_over,
 )
+from .roofline import rate_columns
 
 GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
 API = stat_fields("api_time", "API Time", avg="Avg")
@@ -78,8 +80,11 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     table["uses_tc"] = ctx.uses_tc(name_ids.to_numpy())
     table["api_time_avg_ns"] = table["api_time_avg_ns"].astype("Float64")
     frame = table[[f.key for f in FIELDS]].reset_index(drop=True)
+    fields = FIELDS
+    if ctx.options.ncu_report is not None:
+        fields, frame = rate_columns(ctx, fields, frame, ("long_kernel_name", "op_key"))
     warnings = () if len(kernels) else ("kernel: no kernel ran in the aggregated iterations",)
-    return Report("kernel", "kernel", (Table("kernels", "Kernel Report", FIELDS, frame),), warnings=warnings)
+    return Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, frame),), warnings=warnings)
 
 
 @merges("kernel")

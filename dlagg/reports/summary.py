@@ -7,6 +7,9 @@ partition of every iteration (``iterations``) and the GPU time per op type and i
 Two figures DLProf titles "CPU Time (ns)" mean different things, and their keys say which:
 ``launch_api_time_ns`` in All Kernels (the CUDA calls that launched the work) and
 ``range_time_ns`` in All Ops (the ops' NVTX range durations).
+
+With --ncu_report the Summary Report section ends with the iteration's FLOPs as Nsight Compute
+measured them against the peak (model FLOPs utilization, ``roofline.mfu_lines``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
 from .detail import tc_kernel_times
 from .figures import COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
+from .roofline import carry_lines, mfu_lines
 
 PARTITION = (*CLASSES, "other")
 
@@ -225,6 +229,10 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
 
     durations = agg["duration_ns"].to_numpy(dtype=np.float64)
+    roofline_warnings: tuple[str, ...] = ()
+    if ctx.options.ncu_report is not None:
+        lines, roofline_warnings = mfu_lines(ctx, float(durations.mean()) if len(durations) else 0.0)
+        summary += lines
     iterations: list[tuple[Field, object]] = [
         (Field("key_node", "Key Node"), its.key_node or "(not found)"),
         (Field("total_iterations", "Total Iterations", COUNT), its.count),
@@ -248,9 +256,9 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
                   op_type_iterations(ctx), csv=False),
             Table("kernel_names", "Kernel Names", KERNEL_NAME_FIELDS, names, csv=False),
         ),
-        warnings=() if tc_util is not None else (
+        warnings=(() if tc_util is not None else (
             "summary: no Tensor Core Kernel Utilization %: no Tensor-Core-eligible op ran a kernel in the "
-            "aggregated iterations (see the detail report)",),
+            "aggregated iterations (see the detail report)",)) + roofline_warnings,
     )
 
 
@@ -297,6 +305,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     summary.append((GPU_UTILIZATION, mean(GPU_UTILIZATION.key)))
     summary += [(SHARES[name], mean(SHARES[name].key)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
+    summary += carry_lines(values)
 
     counts = [r.iterations.count for r in job.ranks]
     key_nodes = list(dict.fromkeys(r.iterations.key_node or "(not found)" for r in job.ranks))

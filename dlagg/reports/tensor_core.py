@@ -2,7 +2,9 @@
 
 Times here are sums of kernel durations (memcpy/memset are not kernels and are left out), so
 ``Total GPU Time`` can differ from the detail report's GPU time, which is the union of all the
-op's GPU work. TC Utilization = TC kernel time / total kernel time of the op.
+op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. With --ncu_report,
+Tensor Core use is ncu's measurement where a launch of the kernel was profiled (``RankContext.uses_tc``),
+and a column lists the op's kernels whose measured use differs from the name rules.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
 from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
+from .roofline import TC_MISMATCH, tc_mismatch_names, tc_warning
 
 FIELDS = (
     Field("op_id", "Op ID"),
@@ -62,11 +65,12 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per Tensor-Core-eligible op: TC and non-TC kernel time, TC utilization, kernel counts and names."""
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
+    fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
     if eligible.empty:
         warning = ("tensor: no Tensor-Core-eligible op (convolution, matmul/linear, attention, RNN) ran in "
                    "the aggregated iterations",) if len(inst) else no_ops_warning(ctx, "tensor")
-        return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS, empty(FIELDS)),),
-                      warnings=warning)
+        return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields, empty(fields)),),
+                      warnings=warning + tc_warning(ctx))
     grouped = eligible.groupby("key", sort=False)
     sums = grouped[["kernel_time", "tc_kernel_time", "kernels", "tc_kernels"]].sum()
     ops = ctx.ops.ops.reindex(sums.index)
@@ -91,9 +95,12 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "op_key": ops["op_key"].to_numpy(),
         "order": ops["order"].to_numpy(),
     })
+    if ctx.options.ncu_report is not None:
+        table[TC_MISMATCH.key] = tc_mismatch_names(ctx, sums.index)
     table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
-    return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS,
-                                                  table[[f.key for f in FIELDS]].reset_index(drop=True)),))
+    return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields,
+                                                  table[[f.key for f in fields]].reset_index(drop=True)),),
+                  warnings=tc_warning(ctx))
 
 
 def _union_names(values: pd.Series) -> str:

@@ -20,6 +20,9 @@ Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps 
     iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
     other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
 Text tags (one Markdown table per tag): run/metadata, run/warnings, <report>/<section title>.
+Image tags (the PNGs a report draws, as TensorBoard's image summaries): <report>/<image key>, e.g.
+roofline/kernels and roofline/op_types. Without the summary (an ncu report alone, no nsys export)
+the run holds only these and the text dashboards.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
@@ -328,21 +331,32 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
 
 
 def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], wall_time: float) -> list:
-    """Step 0: the text dashboards and the custom-scalars layout."""
+    """Step 0: the text dashboards, the reports' images and the custom-scalars layout (when there are scalars)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
+    from tensorboard.plugins.image import metadata as image_metadata
     from tensorboard.plugins.text.summary_v2 import text_pb
     from tensorboard.util import tensor_util
 
     summary = summary_pb2.Summary()
     for tag, markdown in text_dashboards(reports, info).items():
         summary.value.extend(text_pb(tag, markdown).value)
-    # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
-    summary.value.add(
-        tag=layout_metadata.CONFIG_SUMMARY_TAG,
-        metadata=layout_metadata.create_summary_metadata(),
-        tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
-    )
+    for report in reports:
+        for image in report.images:
+            # the value tensorboard's image summary makes ([width, height, PNG] strings), without TensorFlow
+            width, height = image.size
+            summary.value.add(
+                tag=f"{report.name}/{image.key}",
+                metadata=image_metadata.create_summary_metadata(display_name=image.title, description=image.title),
+                tensor=tensor_util.make_tensor_proto([str(width).encode(), str(height).encode(), image.png],
+                                                     dtype=np.object_))
+    if tags:
+        # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
+        summary.value.add(
+            tag=layout_metadata.CONFIG_SUMMARY_TAG,
+            metadata=layout_metadata.create_summary_metadata(),
+            tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
+        )
     return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
 
 
@@ -370,15 +384,15 @@ class TensorboardWriter:
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
         summary = next((r for r in reports if r.name == "summary"), None)
-        if summary is None:
+        if summary is None and not any(r.images for r in reports):
             raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
         ranks = next((r for r in reports if r.name == "ranks"), None)
-        several = "rank" in summary.table("iterations").frame
+        several = summary is not None and "rank" in summary.table("iterations").frame
         wall_time = time.time()
         shown = [r for r in reports if r.name in info.reports]
         runs: dict[str, list] = {}  # run folder (relative) -> events
         tags: list[str] = []
-        for rank in (info.ranks if several else (None,)):  # ranks, not events
+        for rank in (info.ranks if several else (None,)) if summary is not None else ():  # ranks, not events
             values = iteration_scalars(summary, rank, ranks)
             steps = values.index.to_numpy()
             tags += [t for t in values.columns if t not in tags]
