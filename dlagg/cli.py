@@ -16,8 +16,8 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import DlaggError
-from .log import DIAGNOSTIC, NORMAL, Log, glibc
-from .options import VERBOSITIES, Options
+from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, glibc
+from .options import VERBOSITIES, Baseline, Options
 from .pipeline import run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
@@ -25,6 +25,7 @@ from .writers import WRITERS
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
+SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -54,6 +55,16 @@ def workers(text: str) -> int:
     return value
 
 
+def percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got '{text}'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage of at least 0, got {text}")
+    return value
+
+
 def rank(text: str) -> int:
     try:
         value = int(text)
@@ -78,12 +89,15 @@ def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
     for name, spec in REPORTS.items():
         lines.append(f"  {name:<15} {spec.description}")
+    compare = "With --baseline: every figure before and after, its change, and whether it is more than noise"
+    lines.append(f"  {'compare':<15} {compare}")
     lines += [
         "",
         "examples:",
         "  dlagg --nsys_database=run.sqlite --reports=all",
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
+        "  dlagg --nsys_database=after.sqlite --baseline=before.sqlite --reports=all --fail_if_slower=5",
         "  dlagg --nsys_database=run.sqlite --ncu_report=step.csv --reports=all      # with the roofline",
         "  dlagg --ncu_report=step.csv --peaks=peaks.json --reports=roofline      # ncu alone, measured ceilings",
     ]
@@ -144,10 +158,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured ceilings replacing ncu's own where the file names them (format: docs/roofline.md)")
     add("--ncu_rank", type=rank, default=None, metavar="N",
         help="the rank whose process ncu profiled, when the nsys export(s) hold several (default: the first rank)")
+    add_baseline_arguments(parser)
     return parser
 
 
-def options_from(args: argparse.Namespace) -> Options:
+BASELINE_OVERRIDES = ("key_node", "iter_start", "iter_stop", "domains", "profile_name")
+
+
+def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Comparison with a baseline profile (dlagg/compare.py)."""
+    group = parser.add_argument_group("comparing with a baseline (did my change help?)")
+    add = group.add_argument
+    add("--baseline", default=None, metavar="FILES",
+        help="the profile before the change, read like --nsys_database (file, comma list, glob, folder): writes "
+             "report compare, prints a verdict and adds the baseline's TensorBoard run")
+    add("--baseline_key_node", default=None, metavar="NAME", help="the baseline's key node (default: --key_node)")
+    add("--baseline_iter_start", type=iteration, default=None, metavar="N",
+        help="the baseline's first aggregated iteration (default: --iter_start)")
+    add("--baseline_iter_stop", type=iteration, default=None, metavar="N",
+        help="the baseline's last aggregated iteration (default: --iter_stop)")
+    add("--baseline_domains", type=comma_list, default=None, metavar="LIST",
+        help="the baseline's NVTX op domains (default: --domains)")
+    add("--baseline_profile_name", default=None, metavar="NAME",
+        help="the baseline's TensorBoard run (default: <profile_name>_baseline)")
+    add("--fail_if_slower", type=percent, default=None, metavar="PCT",
+        help=f"exit with code {SLOWER} when the run is significantly slower than the baseline by more than PCT "
+             "percent (for CI)")
+
+
+def baseline_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Baseline | None:
+    if args.baseline is None:
+        given = [f"--{n}" for n in ("fail_if_slower", *(f"baseline_{o}" for o in BASELINE_OVERRIDES))
+                 if getattr(args, n) is not None]
+        if given:
+            parser.error(f"{', '.join(given)} need(s) --baseline=FILES (the profile to compare with)")
+        return None
+    return Baseline(args.baseline, **{o: getattr(args, f"baseline_{o}") for o in BASELINE_OVERRIDES})
+
+
+def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> Options:
     return Options(
         nsys_database=args.nsys_database,
         reports=args.reports,
@@ -168,6 +217,7 @@ def options_from(args: argparse.Namespace) -> Options:
         ncu_report=args.ncu_report,
         peaks=args.peaks,
         ncu_rank=args.ncu_rank,
+        baseline=baseline,
     )
 
 
@@ -194,8 +244,9 @@ def _input_name(options: Options) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    options = options_from(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = options_from(args, baseline_from(args, parser))
     tune_process()
     log = Log(options.level)
     try:
@@ -220,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
-    if not options.reports:
+    if result.comparison is not None and options.level >= MINIMAL:
+        print(f"Compared with the baseline: {result.comparison.verdict.text}")
+    if not options.reports and result.comparison is None:
         log.result("no report requested: pass --reports=all (or a comma list) to write reports")
         return 0
     if not result.written:
@@ -229,6 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     folders = sorted({str(p.parent) for p in result.written})
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
+    if result.comparison is not None and args.fail_if_slower is not None:
+        verdict = result.comparison.verdict
+        if verdict.slower_than(args.fail_if_slower):
+            log.result(f"error: {100.0 * (verdict.ratio - 1.0):.1f}% slower than the baseline (significantly), more "
+                       f"than --fail_if_slower={args.fail_if_slower:g}")
+            return SLOWER
     return 0
 
 
