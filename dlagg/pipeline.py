@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
@@ -30,6 +30,7 @@ from .writers import WRITERS, RunInfo
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
+ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
@@ -62,10 +63,18 @@ def resolve_reports(requested: tuple[str, ...], several: bool = False) -> list[s
     return [n for n in REPORTS if n in names]
 
 
+def file_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """--formats with 'all' replaced by every registered file format (TensorBoard is -b's business)."""
+    if ALL_FORMATS not in formats:
+        return formats
+    every = [w for w in WRITERS if w != TENSORBOARD]
+    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *every]))
+
+
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
         if fmt not in WRITERS or fmt == TENSORBOARD:
-            choices = ", ".join(w for w in WRITERS if w != TENSORBOARD)
+            choices = ", ".join([ALL_FORMATS, *(w for w in WRITERS if w != TENSORBOARD)])
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
@@ -119,6 +128,7 @@ def _rank_dir(options: Options, rank: int) -> Path:
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
+    options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     paths = input_paths(options.nsys_database)
     for path in paths:
@@ -179,9 +189,14 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 except OSError as exc:
                     raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
                                       f"({exc.strerror}); choose another --output_path") from None
-                for name in names:
-                    if name in rank.reports:
-                        for fmt in options.formats:
+                for fmt in options.formats:
+                    if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
+                        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
+                        if given:
+                            writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
+                        continue
+                    for name in names:
+                        if name in rank.reports:
                             writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
                                           rank_info)
         written = writes.results(formats, names)
