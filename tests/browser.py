@@ -159,6 +159,10 @@ class Page:
     def navigate(self, url: str, width: int = 1400, height: int = 1000) -> None:
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
         self.events.clear()
+        if self.evaluate("location.href").split("#")[0] == url.split("#")[0]:  # a new fragment would not reload
+            self.call("Page.navigate", url="about:blank")
+            self.wait_event("Page.loadEventFired")
+            self.events.clear()
         self.call("Page.navigate", url=url)
         self.wait_event("Page.loadEventFired")
 

@@ -20,9 +20,10 @@ from dlagg.reports import Report, Table
 from dlagg.reports.figures import NS, PERCENT, Field
 from dlagg.reports.summary import ITERATION_FIELDS, OP_TYPE_ITERATION_FIELDS
 from dlagg.writers.tensorboard_writer import (
-    TEXT_CELL_CHARS,
+    TEXT_CELL_PX,
     TEXT_PAGE_ROWS,
     TOP_OP_TYPES,
+    _text_px,
     md_escape,
     op_type_scalars,
     table_markdown,
@@ -243,7 +244,7 @@ def test_text_dashboards_equal_the_reports(amp: Path) -> None:
     assert "Long Kernel Name" not in shown.columns and "Min GPU Time (ns)" not in shown.columns  # too wide
     for tag in pages:  # long names are cut in the table and whole under it
         cells = [c for block in re.findall(r"^\|.*$", main.texts[tag], re.M) for c in block.split("|")]
-        assert max(len(unescape(c.strip())) for c in cells) <= TEXT_CELL_CHARS + 6  # "…[12]"
+        assert max(_text_px(unescape(c.strip())) for c in cells) <= TEXT_CELL_PX
 
 
 def test_op_type_series_equal_the_op_type_report(amp: Path) -> None:
@@ -402,7 +403,9 @@ def test_long_texts_are_cut_and_wide_tables_split_into_column_groups() -> None:
     parts = [parse_md_table(b) for b in blocks]
     assert all(p.columns[0] == "Kernel Name" for p in parts)  # the identifying column in every group
     assert sum(len(p.columns) - 1 for p in parts) == 12
-    assert parts[0]["Kernel Name"].tolist() == [name[:TEXT_CELL_CHARS - 1] + "…[1]", "short"]
+    cut, kept = parts[0]["Kernel Name"].tolist()
+    assert kept == "short" and cut.endswith("…[1]") and name.startswith(cut[:-4])
+    assert TEXT_CELL_PX - 30 < _text_px(cut) <= TEXT_CELL_PX
 
 
 def test_empty_table_says_why_in_one_line() -> None:

@@ -52,12 +52,17 @@ BEFORE_RUN = "before_iter_start"
 AFTER_RUN = "after_iter_stop"
 # A dashboard card shows a page of this many rows (its box scrolls); every row is on some page.
 TEXT_PAGE_ROWS = 50
-# A text cell longer than this is cut (the whole text is listed under the table): names hundreds of
+# A text cell wider than this (px) is cut (the whole text is listed under the table): names hundreds of
 # characters wide would squeeze every other column into one letter per line.
-TEXT_CELL_CHARS = 48
-# A card is about 950 px wide in a 1400 px window; columns that do not fit go to another column group.
+TEXT_CELL_PX = 380
+PROSE_WORDS = 6  # a long text of this many words or more is a sentence
+# A card's table can be about 960 px wide in a 1400 px window (measured in Chromium); columns that do
+# not fit go to another column group. Widths are estimated per character of Roboto 16 px (measured):
 TEXT_WIDTH_PX = 900
-TEXT_CHAR_PX = 8  # TensorBoard's text cards: Roboto 13 px, digits and letters about 7-8 px wide
+TEXT_CHAR_PX = 8.0  # lowercase letters and punctuation
+TEXT_UPPER_PX = 11.0
+TEXT_DIGIT_PX = 9.0
+TEXT_BOLD = 1.1  # headers
 TEXT_CELL_PAD_PX = 28
 # Op types charted per iteration, by GPU time over the aggregated iterations: more lines than this
 # in one chart cannot be told apart.
@@ -200,32 +205,68 @@ def _shown_fields(table: Table) -> list[Field]:
             and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
 
 
-def _column_width(title: str, cells: list[str]) -> int:
-    """Estimated rendered width (px) of a column that never breaks inside a word: its widest cell,
-    or its header's longest word (headers wrap between words)."""
-    longest = max([len(c) for c in cells] + [len(w) for w in title.split()] + [1])
-    return longest * TEXT_CHAR_PX + TEXT_CELL_PAD_PX
+def _text_px(text: str) -> float:
+    """Rendered width estimate of a text in TensorBoard's text cards (Roboto 16 px)."""
+    return sum(TEXT_UPPER_PX if c.isupper() else TEXT_DIGIT_PX if c.isdigit() else TEXT_CHAR_PX for c in text)
 
 
-def _column_groups(widths: list[int]) -> list[list[int]]:
-    """Column indices in groups that each fit a card, the first (identifying) column in every group."""
+def _column_width(title: str, cells: list[str]) -> tuple[float, float]:
+    """(width unwrapped, width of its widest word) of a column, in px, cell padding included: cells
+    are single words (names, numbers), headers (bold) wrap between words."""
+    cells_px = max([_text_px(c) for c in cells] + [0.0])
+    header_px = TEXT_BOLD * _text_px(title)
+    word_px = max([cells_px] + [TEXT_BOLD * _text_px(w) for w in title.split()])
+    return max(cells_px, header_px) + TEXT_CELL_PAD_PX, word_px + TEXT_CELL_PAD_PX
+
+
+def _fits(columns: list[tuple[float, float]]) -> bool:
+    """Whether a table of these columns, (width unwrapped, widest word) each, is shown without a word
+    broken: a browser gives a table too wide for its box the columns' minimum widths (a letter, as
+    TensorBoard's cards break words anywhere) plus the rest of the box in proportion to how much
+    wider each column would be unwrapped."""
+    widest = sum(w for w, _ in columns)
+    if widest <= TEXT_WIDTH_PX:
+        return True
+    least = TEXT_UPPER_PX + TEXT_CELL_PAD_PX
+    share = (TEXT_WIDTH_PX - least * len(columns)) / (widest - least * len(columns))
+    return all(least + (w - least) * share >= word for w, word in columns)
+
+
+def _column_groups(columns: list[tuple[float, float]]) -> list[list[int]]:
+    """Column indices in groups that each fit a card (`_fits`), the first (identifying) column in each."""
     groups: list[list[int]] = [[0]]
-    used = widths[0]
-    for k in range(1, len(widths)):  # columns, not events
-        if used + widths[k] > TEXT_WIDTH_PX and len(groups[-1]) > 1:
+    for k in range(1, len(columns)):  # columns, not events
+        if len(groups[-1]) > 1 and not _fits([columns[c] for c in (*groups[-1], k)]):
             groups.append([0])
-            used = widths[0]
         groups[-1].append(k)
-        used += widths[k]
     return groups
 
 
 def _cut(text: str, notes: dict[str, int]) -> str:
-    """A cell's text, cut to TEXT_CELL_CHARS with a numbered note holding the whole of it."""
-    if len(text) <= TEXT_CELL_CHARS:
+    """A cell's text, cut to about TEXT_CELL_PX wide with a numbered note holding the whole of it."""
+    if _text_px(text) <= TEXT_CELL_PX:
         return md_escape(text)
     number = notes.setdefault(text, len(notes) + 1)
-    return md_escape(f"{text[:TEXT_CELL_CHARS - 1]}…[{number}]")
+    marker = f"…[{number}]"
+    room = TEXT_CELL_PX - _text_px(marker)
+    widths = np.cumsum([_text_px(c) for c in text])
+    return md_escape(text[:int(np.searchsorted(widths, room, side="right"))] + marker)
+
+
+def _is_prose(values: list[str]) -> bool:
+    """Sentences (findings, recommendations), not names (C++ signatures have spaces too): shown as
+    paragraphs, which wrap between words."""
+    long = [v for v in values if _text_px(v) > TEXT_CELL_PX]
+    return bool(long) and sum(len(v.split()) >= PROSE_WORDS and "::" not in v for v in long) > len(long) / 2
+
+
+def _records(titles: list[str], rows: list[list[str]], first: int) -> str:
+    """Rows as numbered blocks of "**title**: value" lines (values already escaped)."""
+    blocks = []
+    for k, row in enumerate(rows):  # a page of rows
+        lines = [f"- **{md_escape(t)}**: {v}" for t, v in zip(titles, row, strict=True) if v]
+        blocks.append(f"**{first + k + 1}.**\n\n" + "\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def why_empty(report: Report) -> str:
@@ -238,7 +279,8 @@ def why_empty(report: Report) -> str:
 def table_markdown(table: Table, report: Report | None = None) -> list[str]:
     """A figure table as Markdown pages of at most TEXT_PAGE_ROWS rows (every row), without the columns
     a card cannot show; long texts are cut, their whole text listed under the table; a table too wide
-    for a card is shown in column groups, its first column in each."""
+    for a card is shown in column groups, its first column in each; a table of sentences (the expert
+    findings) as numbered blocks of lines."""
     if table.key_value:
         values = table.values
         cells = [[md_escape(f.title), MARKDOWN.value(values[f.key], f.digits)] for f in table.csv_fields()]
@@ -253,11 +295,16 @@ def table_markdown(table: Table, report: Report | None = None) -> list[str]:
     # cells by column: text raw (cut and escaped per page), everything else as the Markdown style shows it
     columns = [["" if is_missing(v) else v if isinstance(v, str) else MARKDOWN.value(v, f.digits)
                 for v in frame[f.key].tolist()] for f in fields]
+    prose = any(_is_prose(c) for c, n in zip(columns, numeric, strict=True) if not n)
     pages = []
     total = len(frame)
     count = -(-total // TEXT_PAGE_ROWS)
     for page in range(count):  # pages of TEXT_PAGE_ROWS rows
         first, stop = page * TEXT_PAGE_ROWS, min(total, (page + 1) * TEXT_PAGE_ROWS)
+        if prose:  # a table of sentences reads better, and wraps right, as blocks of lines
+            rows = [[md_escape(c[r]) for c in columns] for r in range(first, stop)]
+            pages.append(_records([f.title for f in fields], rows, first))
+            continue
         notes: dict[str, int] = {}
         cells = [[_cut(c[r], notes) for r in range(first, stop)] for c in columns]
         widths = [_column_width(f.title, [c.replace("\\", "") for c in col]) for f, col in zip(fields, cells,
