@@ -24,7 +24,7 @@ from dlagg.pipeline import run
 from dlagg.writers.tensorboard_writer import MAX_LINES
 
 from .browser import Browser, Page, chromium_path
-from .conftest import ROOT, SHARED, recording
+from .conftest import BUNDLED, RECORDINGS, ROOT, SHARED, recording
 from .test_tensorboard_server import tensorboard
 
 CHROMIUM = chromium_path()
@@ -177,6 +177,22 @@ def test_html_tables_sort_filter_and_download_the_report_rows(browser: Browser, 
                  return Array.from(document.querySelectorAll('#{box} tbody tr')).map(tr => tr.textContent); }})()""")
         expected = [line for line in rows.strip().splitlines()[1:] if "gemm" in line.lower()]
         assert len(filtered) == len(expected) > 0 and all("gemm" in row.lower() for row in filtered)
+    finally:
+        page.close()
+
+
+def test_html_page_of_every_bundled_recording(browser: Browser, tmp_path: Path) -> None:
+    """Profiles without kernels, without ops, with CUDA graphs, copies, a data loader: no script error."""
+    names = [n for n in RECORDINGS if (BUNDLED / "nsys-2022.4" / n / f"{n}.sqlite").exists()]
+    assert len(names) >= 6
+    page = browser.page()
+    try:
+        for name in names:  # a few recordings
+            run(Options(nsys_database=recording(name), reports=("all",), formats=("html",),
+                        output_path=tmp_path / name, suppress_tb_files=True, verbosity="quiet"))
+            status = open_page(page, tmp_path / name / "dlagg_report.html")
+            assert status["errors"] == [] and page.errors() == [], name
+            assert status["charts"] and set(status["charts"].values()) == {"rendered"}, name
     finally:
         page.close()
 

@@ -311,10 +311,16 @@ def timeline_spec(rows: pd.DataFrame, window_ns: int, top: list[str]) -> dict:
     keep = [k for k, g in enumerate(domain) if g in present]
     y = {"field": "l", "type": "ordinal", "title": None,
          "axis": {"labelLimit": 220, "labelExpr": f"{json.dumps(order, ensure_ascii=False)}[datum.value]"}}
-    x = {"field": "s", "type": "quantitative", "title": "ms since the iteration's start"}
+    # The iteration and everything it launched: ranges that enclose it (an epoch) are cut at the edges.
+    gpu = kind != "nvtx"
+    offsets = rows["start_offset_ns"].to_numpy(dtype=np.float64)
+    lo = min(0.0, float(offsets[gpu].min()) if gpu.any() else 0.0) / NS_PER_MS
+    hi = max(float(window_ns), float((offsets + gpu_ns)[gpu].max()) if gpu.any() else 0.0) / NS_PER_MS
+    x = {"field": "s", "type": "quantitative", "title": "ms since the iteration's start",
+         "scale": {"domain": [round(lo, 4), round(hi, 4)], "nice": False, "zero": False}}
     return spec(width=WIDE, height={"step": 15}, data={"values": data}, layer=[
         {"params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}],
-         "mark": {"type": "bar", "stroke": "white", "strokeWidth": 0.3},
+         "mark": {"type": "bar", "stroke": "white", "strokeWidth": 0.3, "clip": True},
          "encoding": {"y": y, "x": x, "x2": {"field": "e"},
                       "color": {"field": "g", "type": "nominal", "title": "colour",
                                 "scale": {"domain": [domain[k] for k in keep], "range": [colours[k] for k in keep]},
@@ -323,11 +329,11 @@ def timeline_spec(rows: pd.DataFrame, window_ns: int, top: list[str]) -> dict:
                                   {"field": "o", "title": "op type"}, {"field": "s", "title": "start (ms)",
                                                                        "format": ".3f"},
                                   {"field": "d", "title": "duration (us)", "format": ",.2f"}]}},
-        {"transform": [{"filter": "datum.t"}],
+        {"transform": [{"filter": "datum.t"}, {"calculate": f"max(datum.s, {round(lo, 4)})", "as": "ls"}],
          "mark": {"type": "text", "align": "left", "dx": 3, "fontSize": 10, "limit": 160, "clip": True},
-         "encoding": {"y": y, "x": x, "text": {"field": "t"}}},
+         "encoding": {"y": y, "x": dict(x, field="ls"), "text": {"field": "t"}}},
         {"data": {"values": [{"x": 0.0}, {"x": round(window_ns / NS_PER_MS, 4)}]},
-         "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#555"},
+         "mark": {"type": "rule", "strokeDash": [4, 3], "color": "#555", "clip": True},
          "encoding": {"x": {"field": "x", "type": "quantitative"}}},
     ])
 
@@ -485,7 +491,7 @@ def ranks_section(report: Report, page: Page) -> None:
                                        ms_values(its["launch_lateness_ns"].to_numpy()), strict=True)]
         for field, title in (("wait", "communication wait (ms)"), ("late", "launch lateness (ms)")):
             part.chart(spec(width=WIDE - 200, height=200, data={"values": data}, mark={"type": "bar"}, encoding={
-                "x": {"field": "it", "type": "ordinal", "title": "iteration"},
+                "x": {"field": "it", "type": "ordinal", "title": "iteration", "axis": {"labelAngle": 0}},
                 "xOffset": {"field": "rank", "type": "nominal"},
                 "y": {"field": field, "type": "quantitative", "title": title},
                 "color": {"field": "rank", "type": "nominal", "title": None, "legend": {"orient": "bottom"}},

@@ -60,6 +60,16 @@ def vega_bundle() -> str:
     return bundle
 
 
+def bundle_notice() -> str:
+    """Which libraries the page carries, and their licences (the bundle itself has no notices)."""
+    import vl_convert
+
+    return (f"/* Vega {vl_convert.get_vega_version()}, Vega-Lite {vl_convert.get_vegalite_versions()[-1]} and "
+            f"vega-embed {vl_convert.get_vega_embed_version()} with their dependencies, bundled by vl-convert "
+            f"{getattr(vl_convert, '__version__', '')}. Vega, Vega-Lite, vega-embed: BSD-3-Clause, Copyright (c) "
+            "the University of Washington Interactive Data Lab; d3 modules: ISC, Copyright Mike Bostock. */\n")
+
+
 def asset(name: str) -> str:
     return resources.files(__package__).joinpath("html_assets", name).read_text(encoding="utf-8")
 
@@ -105,6 +115,7 @@ def page_pieces(reports: Sequence[Report], info: RunInfo) -> Iterator[str]:
     yield '</main>\n<script type="application/json" id="dlagg-data">'
     yield page.data_json()
     yield "</script>\n<script>"
+    yield bundle_notice()
     yield vega_bundle()
     yield f"</script>\n<script>{asset('page.js')}</script>\n</body></html>\n"
 

@@ -19,7 +19,14 @@ Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps 
     iteration/time_ms, iteration/gpu_utilization_pct, iteration/tensor_core_kernel_pct,
     iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
     other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
-Text tags (one Markdown table per tag): run/metadata, run/warnings, <report>/<section title>.
+With several ranks each rank is a run ``<profile_name>/rank<N>`` (and its sub-runs) whose tags are
+``rank<N>/<tag>``, the ranks report's ``ranks/...`` figures among them: TensorBoard picks a chart's
+lines by tag, so per-rank tags are what lets a chart show one rank.
+Text tags (one Markdown text per tag): run/metadata, run/warnings, <report>/<section title>, and
+``<report>/<section title>/page 01 of 12`` for tables of more than TEXT_PAGE_ROWS rows.
+
+The custom-scalars layout charts one quantity per chart (`scalars_layout`): TensorBoard tells a
+chart's lines apart by colour only when they come from different runs.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
