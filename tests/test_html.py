@@ -206,3 +206,12 @@ def test_several_ranks_one_page_and_one_per_rank(tmp_path: Path) -> None:
         data = page_data(own)
         timeline = [t for t in data["tables"].values() if t["download"].endswith("_summary_timeline.csv")]
         assert len(timeline) == 1 and not timeline[0]["csv"].startswith("Rank,")  # one rank's own figures
+
+
+def test_page_data_is_json_a_browser_parses() -> None:
+    page = Page([], _info())
+    page.add_chart({"data": {"values": [{"x": float("nan"), "y": float("inf"), "z": 1.5, "t": "</script>&"}]}})
+    text = page.data_json()
+    assert "</" not in text and "&" not in text  # cannot end the <script> element that holds it
+    assert json.loads(text)["charts"]["chart-1"]["data"]["values"] == [{"x": None, "y": None, "z": 1.5,
+                                                                        "t": "</script>&"}]

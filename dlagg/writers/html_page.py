@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -192,12 +193,23 @@ class Page:
 
     def data_json(self) -> str:
         """Charts and tables as one JSON text that is safe inside a <script> element."""
-        text = json.dumps({"charts": self.charts, "tables": self.tables}, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":"))
+        text = json.dumps(_finite({"charts": self.charts, "tables": self.tables}), ensure_ascii=False,
+                          allow_nan=False, separators=(",", ":"))
         return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
     def ordered(self) -> list[Section]:
         return sorted(self.sections, key=lambda s: s.order)
+
+
+def _finite(value: object) -> object:
+    """`value` with every NaN or infinite float made null (JSON has no NaN; the page's parser would fail)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def generic_section(report: Report, page: Page) -> None:
