@@ -21,7 +21,7 @@ from .options import VERBOSITIES, Baseline, Options
 from .pipeline import run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
-from .writers import WRITERS
+from .writers import WRITERS, how_to_open
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
-        help=f"report file formats: comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} (default csv)")
+        help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
+             "(default csv; html: one self-contained page with plots)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
     add("--profile_name", default="dlagg", metavar="NAME", help="prefix of every output file name (default dlagg)")
     add("--key_node", "--key_op", dest="key_node", default=None, metavar="NAME",
@@ -282,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     folders = sorted({str(p.parent) for p in result.written})
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
+    for line in how_to_open(result.written):
+        log.result(line)
     if result.comparison is not None and args.fail_if_slower is not None:
         verdict = result.comparison.verdict
         if verdict.slower_than(args.fail_if_slower):

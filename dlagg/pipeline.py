@@ -38,6 +38,7 @@ from .writers import WRITERS, RunInfo
 TENSORBOARD = "tensorboard"
 # The pictures reports draw (PNG) are written with their reports, whatever --formats.
 IMAGES = "png"
+ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
@@ -103,10 +104,19 @@ def _check_roofline_options(options: Options) -> None:
                            "it out")
 
 
+def file_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """--formats with 'all' replaced by every registered file format (TensorBoard is -b's business, PNGs are
+    written with the reports that draw them)."""
+    if ALL_FORMATS not in formats:
+        return formats
+    every = [w for w in WRITERS if w not in (TENSORBOARD, IMAGES)]
+    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *every]))
+
+
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
         if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
-            choices = ", ".join(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))
+            choices = ", ".join([ALL_FORMATS, *(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))])
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
@@ -162,6 +172,7 @@ def _rank_dir(options: Options, rank: int) -> Path:
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
+    options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     _check_roofline_options(options)
     baseline = baseline_job(options)  # None without --baseline
@@ -235,9 +246,14 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 except OSError as exc:
                     raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
                                       f"({exc.strerror}); choose another --output_path") from None
-                for name in names:
-                    if name in rank.reports:
-                        for fmt in options.formats:
+                for fmt in options.formats:
+                    if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
+                        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
+                        if given:
+                            writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
+                        continue
+                    for name in names:
+                        if name in rank.reports:
                             writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
                                           rank_info)
         written = writes.results(formats, names)
