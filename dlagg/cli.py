@@ -30,8 +30,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import DlaggError, OptionsError
-from .log import DIAGNOSTIC, NORMAL, Log, glibc
-from .options import VERBOSITIES, Options
+from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, glibc
+from .options import VERBOSITIES, Baseline, Options
 from .pipeline import check_outputs, run
 from .record import (
     DEFAULT_BASE_NAME,
@@ -45,10 +45,11 @@ from .record import (
 )
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
-from .writers import WRITERS
+from .writers import WRITERS, how_to_open
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
+SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
 STRICT = 4  # exit code of a run that gave a warning under --strict=true
 # An unknown option is offered the real ones at least this alike (difflib's ratio; '--output' ->
 # '--output_path' 0.76), the runner-up only when about as alike as the best ('--iter' -> both).
@@ -79,6 +80,16 @@ def workers(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number of processes, got '{text}'") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1 process, got {value}")
+    return value
+
+
+def percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got '{text}'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage of at least 0, got {text}")
     return value
 
 
@@ -231,6 +242,8 @@ def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
     for name, spec in REPORTS.items():
         lines.append(f"  {name:<15} {spec.description}")
+    compare = "With --baseline: every figure before and after, its change, and whether it is more than noise"
+    lines.append(f"  {'compare':<15} {compare}")
     lines += [
         "",
         "examples:",
@@ -238,6 +251,7 @@ def _reports_help() -> str:
         "  dlagg --reports=all --key_node=train_step python train.py --epochs=1    # runs it under nsys, as dlprof",
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
+        "  dlagg --nsys_database=after.sqlite --baseline=before.sqlite --reports=all --fail_if_slower=5",
         "  dlagg --nsys_database=run.sqlite --ncu_report=step.csv --reports=all      # with the roofline",
         "  dlagg --ncu_report=step.csv --peaks=peaks.json --reports=roofline      # ncu alone, measured ceilings",
     ]
@@ -315,7 +329,8 @@ def build_parser() -> Parser:
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); default summary,expert_systems (DLProf: none)")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
-        help=f"report file formats: comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} (default csv)")
+        help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
+             "(default csv; html: one self-contained page with plots)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
     add("--profile_name", default="dlagg", metavar="NAME", help="prefix of every output file name (default dlagg)")
     add("--key_node", "--key_op", dest="key_node", default=None, metavar="NAME",
@@ -348,11 +363,46 @@ def build_parser() -> Parser:
     add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
              "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
+    add_baseline_arguments(parser)
     add_dlprof_arguments(parser)
     return parser
 
 
-def options_from(args: argparse.Namespace) -> Options:
+BASELINE_OVERRIDES = ("key_node", "iter_start", "iter_stop", "domains", "profile_name")
+
+
+def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Comparison with a baseline profile (dlagg/compare.py)."""
+    group = parser.add_argument_group("comparing with a baseline (did my change help?)")
+    add = group.add_argument
+    add("--baseline", default=None, metavar="FILES",
+        help="the profile before the change, read like --nsys_database (file, comma list, glob, folder): writes "
+             "report compare, prints a verdict and adds the baseline's TensorBoard run")
+    add("--baseline_key_node", default=None, metavar="NAME", help="the baseline's key node (default: --key_node)")
+    add("--baseline_iter_start", type=iteration, default=None, metavar="N",
+        help="the baseline's first aggregated iteration (default: --iter_start)")
+    add("--baseline_iter_stop", type=iteration, default=None, metavar="N",
+        help="the baseline's last aggregated iteration (default: --iter_stop)")
+    add("--baseline_domains", type=comma_list, default=None, metavar="LIST",
+        help="the baseline's NVTX op domains (default: --domains)")
+    add("--baseline_profile_name", default=None, metavar="NAME",
+        help="the baseline's TensorBoard run (default: <profile_name>_baseline)")
+    add("--fail_if_slower", type=percent, default=None, metavar="PCT",
+        help=f"exit with code {SLOWER} when the run is significantly slower than the baseline by more than PCT "
+             "percent (for CI)")
+
+
+def baseline_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Baseline | None:
+    if args.baseline is None:
+        given = [f"--{n}" for n in ("fail_if_slower", *(f"baseline_{o}" for o in BASELINE_OVERRIDES))
+                 if getattr(args, n) is not None]
+        if given:
+            parser.error(f"{', '.join(given)} need(s) --baseline=FILES (the profile to compare with)")
+        return None
+    return Baseline(args.baseline, **{o: getattr(args, f"baseline_{o}") for o in BASELINE_OVERRIDES})
+
+
+def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> Options:
     return Options(
         nsys_database=args.nsys_database,
         reports=args.reports,
@@ -373,6 +423,7 @@ def options_from(args: argparse.Namespace) -> Options:
         ncu_report=args.ncu_report,
         peaks=args.peaks,
         ncu_rank=args.ncu_rank,
+        baseline=baseline,
     )
 
 
@@ -403,13 +454,13 @@ DEFAULT_REPORTS = ("summary", "expert_systems")
 
 def with_default_reports(options: Options) -> tuple[Options, str]:
     """No --reports: the summary and expert-systems reports (the roofline report of an ncu report alone)
-    and TensorBoard event files, and the line that says so. DLProf wrote none, which surprised every
+    and TensorBoard event files, and the line that says so after the run. DLProf wrote none, which surprised every
     new user."""
     if options.reports:
         return options, ""
     names = DEFAULT_REPORTS if options.nsys_database is not None else ("roofline",)
     event_files = "" if options.suppress_tb_files else " and TensorBoard event files"
-    return replace(options, reports=names), (f"no --reports given: writing the {' and '.join(names)} "
+    return replace(options, reports=names), (f"no --reports given, so dlagg wrote the {' and '.join(names)} "
                                              f"report{'s' if len(names) > 1 else ''}{event_files}; --reports=all "
                                              "writes every report")
 
@@ -418,10 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     own, program = parser.split_program(sys.argv[1:] if argv is None else argv)
     args = parser.parse_options(own)
-    options = options_from(args)
+    options = options_from(args, baseline_from(args, parser))
     log = Log(options.level, strict=args.strict)
     recording = recording_from(args) if program and options.nsys_database is None else None
     recorded: Recorded | None = None
+    defaults = ""  # the line saying which reports were written without --reports
     try:
         warnings = option_warnings(args, program, recording is not None)
         if recording is not None:
@@ -440,8 +492,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             nsys = ready(program)
             check_outputs(options)  # a report in the way is found before the program runs, not after
             recorded = record(nsys, program, recording, log)
-        if defaults:
-            log.info(defaults)
         result = run(options, log, worker_init=tune_process)
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
@@ -463,17 +513,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
+    if result.comparison is not None and options.level >= MINIMAL:
+        print(f"Compared with the baseline: {result.comparison.verdict.text}")
     failed = recorded.status if recorded is not None else 0  # the program's own failure is passed on
+    if defaults:  # said once the run succeeded: a bad input stays one error line
+        log.info(defaults)
     if not result.written:
         log.result("error: no report could be written for this export (see the warnings above)")
         return failed or 1
     folders = sorted({str(p.parent) for p in result.written})
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
+    for line in how_to_open(result.written):
+        log.result(line)
     if failed:
         log.result(f"the program exited with status {failed}, and so does dlagg (the files above cover what nsys "
                    "recorded)")
         return failed
+    if result.comparison is not None and args.fail_if_slower is not None:
+        verdict = result.comparison.verdict
+        if verdict.slower_than(args.fail_if_slower):
+            log.result(f"error: {100.0 * (verdict.ratio - 1.0):.1f}% slower than the baseline (significantly), more "
+                       f"than --fail_if_slower={args.fail_if_slower:g}")
+            return SLOWER
     if log.strict and log.warnings:
         return _strict(log, "the outputs were written")
     return 0

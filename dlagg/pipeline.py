@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
+from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
 from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
@@ -37,6 +38,7 @@ from .writers import WRITERS, RunInfo
 TENSORBOARD = "tensorboard"
 # The pictures reports draw (PNG) are written with their reports, whatever --formats.
 IMAGES = "png"
+ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
@@ -48,6 +50,7 @@ class Result:
     reports: tuple[Report, ...]
     written: tuple[Path, ...]
     warnings: tuple[str, ...]
+    comparison: Comparison | None = None  # with --baseline: the compare report (also in `reports`) and verdict
 
     @property
     def iterations(self) -> Iterations:
@@ -67,6 +70,8 @@ def resolve_reports(requested: tuple[str, ...], several: bool = False,
         if name == "all":
             names.update(n for n, spec in REPORTS.items()
                          if (several or not spec.only_with_ranks) and spec.inputs <= inputs)
+        elif name == COMPARE:  # written with --baseline (compare.baseline_job checks it is given)
+            continue
         elif name in REPORTS and REPORTS[name].inputs <= inputs:
             names.add(name)
         elif name in REPORTS:
@@ -99,10 +104,19 @@ def _check_roofline_options(options: Options) -> None:
                            "it out")
 
 
+def file_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """--formats with 'all' replaced by every registered file format (TensorBoard is -b's business, PNGs are
+    written with the reports that draw them)."""
+    if ALL_FORMATS not in formats:
+        return formats
+    every = [w for w in WRITERS if w not in (TENSORBOARD, IMAGES)]
+    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *every]))
+
+
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
         if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
-            choices = ", ".join(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))
+            choices = ", ".join([ALL_FORMATS, *(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))])
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
@@ -110,14 +124,16 @@ def check_outputs(options: Options) -> None:
     """What `run` checks before it reads anything, for a caller about to make the input (the CLI running
     a program under nsys): the formats and reports valid, the output folder writable and no output in
     the way. One rank is assumed: --per_rank's folders are checked by `run`, once the ranks are known."""
+    options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     _check_roofline_options(options)
+    baseline_job(options)
     names = resolve_reports(options.reports, inputs=_inputs(options))
-    if names:
-        _prepare_output(options, names, None)
+    if names or options.baseline is not None:
+        _prepare_output(options, names, None, _comparison_targets(options))
 
 
-def _prepare_output(options: Options, names: list[str], job: Job | None) -> None:
+def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -136,7 +152,7 @@ def _prepare_output(options: Options, names: list[str], job: Job | None) -> None
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
     targets = [p for fmt in _writers(options)
-               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)]
+               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
     if options.per_rank and job is not None and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
@@ -169,8 +185,10 @@ def _rank_dir(options: Options, rank: int) -> Path:
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
+    options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     _check_roofline_options(options)
+    baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
     paths = input_paths(options.nsys_database)
@@ -182,11 +200,11 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     if several or job.files > 1:
         log.info(f"found {job.describe()}")
     names = resolve_reports(options.reports, several, _inputs(options))
-    if names:
-        _prepare_output(options, names, job)
+    if names or baseline:
+        _prepare_output(options, names, job, _comparison_targets(options))
     formats = _writers(options)
     needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
-    build = list(dict.fromkeys([*names, *needed])) if names else []
+    build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
     comm = communication_needed(job, build)
     writes = _Writes(log)
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
@@ -215,16 +233,24 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             for name in names:
                 if name in built and name not in early:
                     _submit_per_report(writes, pool, formats, built[name], options, info)
+        comparison = None
+        if baseline is not None:  # the baseline reduced and compared; its event files written
+            comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
+            info = replace(info, reports=(*info.reports, COMPARE))
+            _submit_per_report(writes, pool, formats, comparison.report, options, info)
         warnings = list(dict.fromkeys([*(w for r in ranks for w in r.warnings),
-                                       *(w for n in names if n in built for w in built[n].warnings)]))
+                                       *(w for n in names if n in built for w in built[n].warnings),
+                                       *(comparison.report.warnings if comparison else ())]))
         for warning in warnings:
             log.warn(warning)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in
+        reports += [comparison.report] if comparison else []
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
                     given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-                    writes.submit(pool, fmt, given, _out_dir(options, fmt), info)
+                    writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
+                                  _out_dir(options, fmt), info)
         if options.per_rank and several:
             for rank in ranks:  # ranks, not events
                 rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
@@ -233,13 +259,50 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 except OSError as exc:
                     raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
                                       f"({exc.strerror}); choose another --output_path") from None
-                for name in names:
-                    if name in rank.reports:
-                        for fmt in options.formats:
+                for fmt in options.formats:
+                    if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
+                        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
+                        if given:
+                            writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
+                        continue
+                    for name in names:
+                        if name in rank.reports:
                             writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
                                           rank_info)
         written = writes.results(formats, names)
-    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings))
+    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _comparison_targets(options: Options) -> list[Path]:
+    """What --baseline writes besides the current profile's outputs: the compare report's files and the
+    baseline's TensorBoard run."""
+    if options.baseline is None:
+        return []
+    paths = [p for fmt in _writers(options) if WRITERS[fmt].per_report
+             for p in WRITERS[fmt].targets([COMPARE], _out_dir(options, fmt), options.profile_name)]
+    if TENSORBOARD in _writers(options):
+        paths += WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
+    return paths
+
+
+def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes,
+             pool: ThreadPoolExecutor, log: Log, worker_init: Callable[[], None] | None) -> Comparison:
+    """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
+    (next to the current profile's, under the baseline's run name)."""
+    reads, job = baseline
+    several = len(job.sources) > 1
+    needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
+        if TENSORBOARD in _writers(options) else []
+    names = tuple(dict.fromkeys([*NEEDS, *needed]))
+    with log.stage(f"read the baseline ({job.describe()})"):
+        side = reduce_side(reads, job, names, log=log, worker_init=worker_init)
+    with log.stage("compared with the baseline"):
+        comparison = compare(side, current)
+    if needed:
+        given = [side.reports[n] for n in REPORTS if n in side.reports]
+        info = _run_info(reads, side.figures, list(NEEDS))
+        writes.submit(pool, TENSORBOARD, given, _out_dir(options, TENSORBOARD), info)
+    return comparison
 
 
 def _run_ncu_alone(options: Options, log: Log) -> Result:
@@ -325,7 +388,7 @@ class _Writes:
         release_free_memory()
         written: list[Path] = []
         order = {name: k for k, name in enumerate(REPORTS)}
-        jobs = sorted(self.jobs, key=lambda j: order[j[1]])
+        jobs = sorted(self.jobs, key=lambda j: order.get(j[1], len(order)))  # the compare report last
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
             if any(paths for paths, _ in done):  # the image writer writes only reports with images

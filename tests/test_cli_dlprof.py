@@ -381,8 +381,8 @@ def test_no_reports_option_writes_summary_expert_systems_and_tensorboard_and_say
                                                                                    capfd) -> None:
     code, stdout, err = dlagg(capfd, f"--nsys_database={db}", f"--output_path={tmp_path}")
     assert code == 0, err
-    assert ("no --reports given: writing the summary and expert_systems reports and TensorBoard event files; "
-            "--reports=all writes every report") in err
+    assert ("no --reports given, so dlagg wrote the summary and expert_systems reports and TensorBoard event "
+            "files; --reports=all writes every report") in err
     assert sorted(p.name for p in tmp_path.glob("dlagg_*")) == ["dlagg_expert_systems.csv", "dlagg_summary.csv"]
     assert list((tmp_path / "event_files").rglob("events.out.tfevents.*"))
     assert stdout.startswith("Expert Systems Feedback:")
@@ -390,7 +390,7 @@ def test_no_reports_option_writes_summary_expert_systems_and_tensorboard_and_say
 
 def test_no_reports_option_with_suppressed_event_files(db: Path, tmp_path: Path, capfd) -> None:
     code, _, err = dlagg(capfd, f"--nsys_database={db}", f"--output_path={tmp_path}", "-b")
-    assert code == 0 and "writing the summary and expert_systems reports; --reports=all" in err
+    assert code == 0 and "wrote the summary and expert_systems reports; --reports=all" in err
     assert not (tmp_path / "event_files").exists()
 
 
@@ -588,5 +588,5 @@ def test_no_reports_option_with_an_ncu_report_alone_writes_the_roofline(tmp_path
 
     code, _, err = dlagg(capfd, f"--ncu_report={ncu_csv('resnet_amp')}", f"--output_path={tmp_path}", "-b")
     assert code == 0, err
-    assert "no --reports given: writing the roofline report;" in err
+    assert "no --reports given, so dlagg wrote the roofline report;" in err
     assert (tmp_path / "dlagg_roofline.csv").exists() and not (tmp_path / "dlagg_summary.csv").exists()

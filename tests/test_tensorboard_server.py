@@ -25,7 +25,7 @@ import pytest
 
 from dlagg.options import Options
 from dlagg.pipeline import run
-from dlagg.writers.tensorboard_writer import TOP_OP_TYPES
+from dlagg.writers.tensorboard_writer import MAX_LINES, TOP_OP_TYPES
 
 from .conftest import ncu_csv, recording
 
@@ -127,12 +127,12 @@ def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
 def test_text_dashboards_over_http(served: tuple[str, Path]) -> None:
     base, out = served
     tags = get(base, "/data/plugin/text/tags")["dlagg"]
-    assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report"} <= set(tags)
+    assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report/page 1 of 6"} <= set(tags)
     (summary,) = get(base, "/data/plugin/text/text", run="dlagg", tag="summary/Summary Report")
     (wall,) = column(out, "summary", "summary", "wall_clock_ns")
     assert "<table>" in summary["text"] and "<td>Wall Clock Time (ns)</td>" in summary["text"]
     assert f"{wall:,}" in summary["text"]
-    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report")
+    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report/page 1 of 6")
     first = column(out, "kernel", "kernels", "kernel_name")[0]
     assert "_" in first and f"<td>{first}</td>" in kernels["text"]  # underscores shown, not turned into emphasis
     (meta,) = get(base, "/data/plugin/text/text", run="dlagg", tag="run/metadata")
@@ -143,16 +143,27 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     base, _ = served
     layout = get(base, "/data/plugin/custom_scalars/layout")
     titles = [c["title"] for c in layout["category"]]
-    assert titles == ["Iterations", "Where the iteration time goes (ms)", "Op types"]
-    chart = layout["category"][1]["chart"][0]
-    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=chart["multiline"]["tag"][0])
-    assert data["regex_valid"]
-    assert set(data["tag_to_events"]) == {f"duration_ms/{c}" for c in
-                                          ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")}
-    (ops_chart,) = layout["category"][2]["chart"]
-    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=ops_chart["multiline"]["tag"][0])
-    assert len(data["tag_to_events"]) == TOP_OP_TYPES
-    assert all(tag.startswith("op_type_gpu_ms/") for tag in data["tag_to_events"])
+    assert titles == ["Iterations", "Where the iteration time goes (ms)",
+                      f"GPU time of the top {TOP_OP_TYPES} op types (ms)"]
+    assert layout["category"][0]["chart"][0]["title"] == "Iteration time (ms)"
+    runs = get(base, "/data/runs")
+    charted = set()
+    for category in layout["category"]:
+        for chart in category["chart"]:
+            (pattern,) = chart["multiline"]["tag"]
+            lines = []
+            for name in runs:  # what the chart draws: a line per (run, matching tag)
+                data = get(base, "/data/plugin/custom_scalars/scalars", run=name, tag=pattern)
+                assert data["regex_valid"]
+                lines += [(name, tag) for tag, events in data["tag_to_events"].items() if events]
+            assert 0 < len(lines) <= MAX_LINES, chart["title"]
+            assert len({name for name, _ in lines}) == len(lines), chart["title"]  # colour = run: one line per run
+            charted |= {tag for _, tag in lines}
+    tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
+    assert charted == set(tags)
+    classes = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
+    assert {f"duration_ms/{c}" for c in classes} <= charted
+    assert len([t for t in charted if t.startswith("op_type_gpu_ms/")]) == TOP_OP_TYPES
 
 
 def test_roofline_images_over_http(served: tuple[str, Path]) -> None:

@@ -2,7 +2,9 @@
 
 Besides DLProf's sections it holds two tables of per-iteration figures (not in the CSV): the time
 partition of every iteration (``iterations``) and the GPU time per op type and iteration
-(``op_type_iterations``), which the TensorBoard and HTML writers chart and a comparison samples.
+(``op_type_iterations``), which the TensorBoard and HTML writers chart and a comparison samples;
+and the GPU timeline of one typical iteration (``timeline_iteration``, ``timeline``: see
+``gpu_timeline.py``), which the HTML page draws.
 
 Two figures DLProf titles "CPU Time (ns)" mean different things, and their keys say which:
 ``launch_api_time_ns`` in All Kernels (the CUDA calls that launched the work) and
@@ -27,6 +29,7 @@ from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
 from .detail import tc_kernel_times
 from .figures import COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
+from .gpu_timeline import timeline_tables
 from .roofline import carry_lines, mfu_lines
 
 PARTITION = (*CLASSES, "other")
@@ -255,6 +258,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
             Table("op_type_iterations", "GPU Time per Op Type and Iteration", OP_TYPE_ITERATION_FIELDS,
                   op_type_iterations(ctx), csv=False),
             Table("kernel_names", "Kernel Names", KERNEL_NAME_FIELDS, names, csv=False),
+            *timeline_tables(ctx, per_iteration),
         ),
         warnings=(() if tc_util is not None else (
             "summary: no Tensor Core Kernel Utilization %: no Tensor-Core-eligible op ran a kernel in the "
@@ -342,4 +346,15 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
         per,
         with_rank([r.table("op_type_iterations") for r in reports], ranks),
         names,
+        *_job_timeline(reports, job),
     ), warnings=tuple(warnings))
+
+
+def _job_timeline(reports: Sequence[Report], job: JobFigures) -> tuple[Table, Table]:
+    """Every rank's timeline (each of its own typical iteration; offsets from that iteration's start),
+    the windows on the job's clock."""
+    windows = with_rank([r.table("timeline_iteration") for r in reports], job.rank_numbers)
+    shift = windows.frame["rank"].map(job.offsets).to_numpy()
+    windows = windows.with_frame(windows.frame.assign(start_ns=windows.frame["start_ns"] + shift,
+                                                      end_ns=windows.frame["end_ns"] + shift))
+    return windows, with_rank([r.table("timeline") for r in reports], job.rank_numbers)
