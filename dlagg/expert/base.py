@@ -28,6 +28,15 @@ HIGH, MEDIUM, LOW = "high", "medium", "low"
 HIGH_SHARE = 0.25
 MEDIUM_SHARE = 0.05
 
+# Findings listed first whatever their time at stake: without iterations every other figure covers the
+# whole profile, so a reader must see that before anything else.
+LEADING = ("key_node",)
+
+
+def finding_rank(detector: str, time_at_stake_ns: float | None) -> tuple[bool, bool, float]:
+    """Sort key of a finding: leading detectors first, then by time at stake (largest first, unknown last)."""
+    return detector not in LEADING, time_at_stake_ns is None, -(time_at_stake_ns or 0.0)
+
 
 class MissingData(Exception):
     """The export lacks what a detector needs; the message says what (shown in the report)."""
