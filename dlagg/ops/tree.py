@@ -2,9 +2,9 @@
 
 Contract: ``Forest.build(tid, start, end)`` sorts the ranges by (thread, start, longest first)
 and gives every range its ``parent`` (innermost enclosing range of the same thread, -1 for none)
-and ``depth`` (its nesting level; ``levels`` groups ranges by it); ``forest.innermost(tid, start, end)`` gives, for each query interval, the
-innermost range of the same thread with ``range.start <= start`` and ``range.end >= end`` (the
-nsys rule for attributing a CUDA call to NVTX ranges), or -1.
+and ``depth`` (its nesting level; ``levels`` groups ranges by it); ``forest.innermost(tid, start,
+end)`` gives, for each query interval, the innermost range of the same thread with ``range.start <=
+start`` and ``range.end >= end`` (the nsys rule for attributing a CUDA call to NVTX ranges), or -1.
 
 Push/pop ranges of one thread nest properly, which is what makes this vectorisable: depth is
 "ranges started before me minus ranges ended before my start", the parent is the last earlier
