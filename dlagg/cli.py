@@ -16,15 +16,16 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import DlaggError
-from .log import DIAGNOSTIC, NORMAL, Log, glibc
+from .limits import out_of_memory
+from .log import DIAGNOSTIC, NORMAL, Log, one_malloc_arena
 from .options import VERBOSITIES, Options
 from .pipeline import DLPROF_REPORTS, NOT_YET, run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
+OUT_OF_MEMORY = 1  # not a bug: the run needs more memory than it was given
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -133,7 +134,9 @@ def tune_process() -> None:
     """Process-wide allocator choices, made by the command-line tool (a library must leave them alone).
 
     pyarrow's default pool (mimalloc) keeps the pages it frees for itself: the system allocator
-    gave a peak 60-150 MB lower on transformer_amp_large and a faster read. glibc gives each thread
+    gave a peak 60-150 MB lower on transformer_amp_large and a faster read. (This sets the pool of
+    pyarrow's Python calls; Arrow's C++ code takes its own from ARROW_DEFAULT_MEMORY_POOL, which
+    ``python -m dlagg`` and the ``dlagg`` command set before pyarrow loads: dlagg/__main__.py.) glibc gives each thread
     that allocates its own arena, and what one thread frees the others cannot reuse: one arena for
     the reader and writer threads too lowered the peak by another 10 MB at no measurable cost
     (docs/design.md).
@@ -141,9 +144,7 @@ def tune_process() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
-    mallopt = glibc("mallopt")
-    if mallopt is not None:
-        mallopt(M_ARENA_MAX, 1)
+    one_malloc_arena()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_process()
     log = Log(options.level)
     try:
-        result = run(options, log)
+        return _run(options, log)
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -160,15 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        print(f"dlagg: error: out of memory on {options.nsys_database.name}; dlagg needs up to about twice the "
-              "export's size in memory: run it on a machine with more", file=sys.stderr)
-        return INTERNAL
+        print(f"dlagg: error: {out_of_memory(options.nsys_database)}", file=sys.stderr)
+        return OUT_OF_MEMORY
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            return _internal(options, exc)
+        # no room left for a thread's stack: out of memory too
+        print(f"dlagg: error: {out_of_memory(options.nsys_database)}", file=sys.stderr)
+        return OUT_OF_MEMORY
     except Exception as exc:  # a bug: one line, the traceback only when asked for
-        if options.level >= DIAGNOSTIC:
-            traceback.print_exc()
-        print(f"dlagg: internal error on {options.nsys_database.name}: {type(exc).__name__}: {exc}; "
-              "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
-        return INTERNAL
+        return _internal(options, exc)
+
+
+def _run(options: Options, log: Log) -> int:
+    result = run(options, log)
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
@@ -182,6 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
     return 0
+
+
+def _internal(options: Options, exc: Exception) -> int:
+    """A bug: one line, the traceback only when asked for."""
+    if options.level >= DIAGNOSTIC:
+        traceback.print_exception(exc)
+    print(f"dlagg: internal error on {options.nsys_database.name}: {type(exc).__name__}: {exc}; "
+          "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
+    return INTERNAL
 
 
 def entry() -> NoReturn:
