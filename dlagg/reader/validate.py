@@ -68,9 +68,9 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
     """`array` as integers of `dtype`; NULLs and unusable values hold `default` (0 when None).
 
     The driver types a column from its values: INTEGER when all are, DOUBLE when some are reals,
-    STRING when some are text (the integers then arrive as decimal text), BINARY for blobs.
-    Integral reals and decimal text are converted; anything else, or a value outside `dtype`'s
-    range, is marked bad.
+    STRING when some are text, BINARY when some are blobs (the integers then arrive as decimal
+    text). Integral reals and decimal text are converted; anything else, or a value outside
+    `dtype`'s range, is marked bad.
     """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
@@ -89,11 +89,16 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
             ok = np.isfinite(real) & (np.floor(real) == real) & (np.abs(real) < 2.0**63)
         values = np.where(ok, real, fill).astype(np.int64)
         bad = ~ok
-    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+            or pa.types.is_large_binary(kind):
+        # (a blob among integers makes the driver type the column BINARY and hold the integers as
+        # their decimal text: those still convert, the blobs do not)
         ok = pc.fill_null(pc.match_substring_regex(array, _INTEGER_TEXT), False)
-        values = pc.cast(pc.if_else(ok, array, str(fill)), pa.int64()).to_numpy()
+        digits = pc.if_else(ok, array, pa.scalar(str(fill).encode() if pa.types.is_binary(kind)
+                                                 or pa.types.is_large_binary(kind) else str(fill), kind))
+        values = pc.cast(pc.cast(digits, pa.string()), pa.int64()).to_numpy()
         bad = ~ok.to_numpy(zero_copy_only=False)
-    else:  # blobs and anything else a damaged file may hold
+    else:  # anything else a damaged file may hold
         values = np.full(n, fill, dtype=np.int64)
         bad = np.ones(n, dtype=bool)
     if np.dtype(dtype) != values.dtype:
