@@ -20,6 +20,7 @@ A user's own settings of these variables are kept.
 from __future__ import annotations
 
 import os
+import sys
 from typing import NoReturn
 
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
@@ -31,8 +32,16 @@ one_malloc_arena()
 
 
 def main() -> NoReturn:
-    from .cli import entry
+    try:
+        from .cli import entry
+    except (MemoryError, ImportError) as exc:
+        if isinstance(exc, ImportError) and "failed to map segment" not in str(exc):
+            raise
+        # an address-space limit too small for the libraries themselves (a traceback otherwise)
+        from .limits import out_of_memory_loading
 
+        print(f"dlagg: error: {out_of_memory_loading()}", file=sys.stderr, flush=True)
+        os._exit(1)
     entry()
 
 

@@ -93,3 +93,12 @@ def _peak_address_space() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
+
+
+def out_of_memory_loading() -> str:
+    """The one line for a limit too small to load the libraries (before any export is read)."""
+    limit = address_space_limit()
+    where = f"the address-space limit of {_mb(limit)} (ulimit -v / prlimit --as)" if limit is not None else "memory"
+    return (f"out of memory loading dlagg's libraries (pandas, pyarrow) under {where}: a run needs at least "
+            f"{_mb(BASE_BYTES)} of address space plus about {PER_EXPORT_BYTE:g} times the export's size "
+            "(docs/memory.md): raise the limit")

@@ -135,7 +135,7 @@ class Database:
                 name: None
                 for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
                              "export the nsys report again") from None
         self._lock = threading.Lock()
@@ -153,7 +153,7 @@ class Database:
             if self.tables.get(table) is None:
                 try:
                     self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
-                except sqlite3.DatabaseError as exc:
+                except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
                     raise InputError(DAMAGED.format(path=self.path, what=f"table {table}", exc=exc)) from None
             return self.tables[table]  # type: ignore[return-value]
 
@@ -161,7 +161,7 @@ class Database:
         try:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
             raise InputError(DAMAGED.format(path=self.path, what="the database", exc=exc)) from None
 
     def rows(self, table: str, where: str = "") -> int:
@@ -224,7 +224,7 @@ class Database:
             cursor = conn.execute(sql)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
             raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc)) from None
         finally:
             conn.close()
