@@ -172,7 +172,7 @@ class Database:
             return 0
         last = self.query(f'SELECT max(rowid) FROM "{table}"{clause}')[0][0]
         span = int(last) - int(first) + 1  # type: ignore[arg-type]
-        if span <= SPAN_TRUSTED:
+        if 0 < span <= SPAN_TRUSTED:
             return span
         return int(self.query(f'SELECT count(*) FROM "{table}"{clause}')[0][0])  # type: ignore[arg-type]
 
@@ -414,10 +414,13 @@ class _NvtxRead:
             return
         span = int(last) - int(first) + 1  # type: ignore[arg-type]
         size = span
-        if span > NVTX_DENSE_SPAN and 2 * (count := db.rows(self.physical)) < span:
+        if span <= 0 or (span > NVTX_DENSE_SPAN and 2 * (count := db.rows(self.physical)) < span):
+            if span <= 0:  # min and max disagree: a damaged b-tree; count what a scan finds
+                count = int(db.query(f'SELECT count(*) FROM "{self.physical}"')[0][0])  # type: ignore[arg-type]
             # row ids far apart (never in an nsys export: a damaged or rebuilt table): slices of
             # NVTX_SLICE_ROWS rows each, cut at the row ids that start them
-            ids = db.arrow(f'SELECT rowid AS row FROM "{self.physical}"', count).column("row").to_numpy()
+            ids = np.sort(db.arrow(f'SELECT rowid AS row FROM "{self.physical}"', max(count, 1),
+                                   f"table {self.physical}").column("row").to_numpy())
             size = len(ids)
             starts = ids[::NVTX_SLICE_ROWS]
             ends = np.r_[ids[NVTX_SLICE_ROWS::NVTX_SLICE_ROWS], ids[-1] + 1] if len(ids) else starts
@@ -450,6 +453,9 @@ class _NvtxRead:
         where = f"rowid >= {lo} AND rowid < {hi}"
         arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f"table {self.physical}")
         n = arrow.num_rows
+        if offset + n > len(self.keep) or (n > hi - lo):  # row ids that are not unique: a damaged b-tree
+            raise InputError(DAMAGED.format(path=self.db.path, what=f"table {self.physical}",
+                                            exc="row ids out of order"))
         here = slice(offset, offset + n)
         dropped = _Dropped(self.physical or "", self.flaws)
         kind = schema.NVTX.column("event_type")
