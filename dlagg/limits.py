@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Address space of a run, measured (benchmarks/bench_memory.py, docs/memory.md): the interpreter
-# with pandas, pyarrow, the ADBC driver and TensorBoard's protobufs, plus a share per export byte
-# (the read frames, op discovery's per-range arrays, the reports) taken from the largest exports.
-BASE_BYTES = 700 << 20
-PER_EXPORT_BYTE = 2.5
+# Address space of a run, measured (benchmarks/bench_memory.py, docs/memory.md): about 300 MB
+# for the interpreter with pandas, pyarrow, the ADBC driver and TensorBoard's protobufs, plus
+# about one byte per export byte (read frames, op discovery's per-range arrays, the reports).
+# The estimate leaves a margin over both: it is what the out-of-memory line asks for.
+BASE_BYTES = 320 << 20
+PER_EXPORT_BYTE = 1.5
 # A reservation may take this share of the room left at most: the reader threads reserve at once.
 RESERVATION_SHARE = 4
 
