@@ -1,4 +1,6 @@
-"""Values passed between stages. All frozen: stages return new values, never edit their inputs.
+"""Values passed between stages. Frozen dataclasses: stages return new values, never edit their inputs
+(the one exception is `StringTable`'s cache of regular-expression answers, which never changes
+what the table says).
 
 Frames carry the columns declared in ``reader/schema.py``; times are int64 nanoseconds on the
 nsys session clock, strings are int64 ids into the profile's ``StringTable``.
@@ -42,6 +44,12 @@ def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categori
     return pd.Categorical.from_codes(np.ravel(remap)[np.asarray(codes)], categories=pd.Index(distinct, dtype=object))
 
 
+def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, but `frame` itself when every row is kept (the default iteration range):
+    a boolean selection copies every column."""
+    return frame if mask.all() else frame[mask]
+
+
 @dataclass(frozen=True)
 class StringTable:
     """nsys ``StringIds`` plus the distinct NVTX range names (ids after the StringIds ones): id -> text.
@@ -72,13 +80,6 @@ class StringTable:
         id is looked up once."""
         uniq, inverse = factorize_ids(ids)
         return categorical(inverse, self._lookup(uniq))
-
-    def get(self, string_id: int, default: str = "") -> str:
-        pos = self._positions(np.array([string_id], dtype=np.int64))[0]
-        if pos < 0:
-            return default
-        value = self.values.iloc[pos]
-        return default if pd.isna(value) else str(value)
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         """Row of each id in `values` (-1 when absent); binary search when ids are sorted (the reader's case)."""
@@ -135,6 +136,8 @@ class ProfileMeta:
     start: int  # earliest event start (ns)
     end: int  # latest event end (ns)
     warnings: tuple[str, ...] = ()
+    session_start_utc: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs: the session clock's 0
+    process: int | None = None  # globalPid of the one process read, None when the whole file was read
 
 
 class NvtxDetails(Protocol):
@@ -170,10 +173,6 @@ class Profile:
     # some range of that name was a PyTorch emit_nvtx marker (its text carried seq/op_id/sizes).
     nvtx_names: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"emit": np.empty(0, bool)}))
     nvtx_details: NvtxDetails | None = None
-
-    def has(self, table: str) -> bool:
-        """True when the export holds that table (it may still be empty)."""
-        return table in self.meta.tables
 
 
 @dataclass(frozen=True)

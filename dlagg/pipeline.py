@@ -1,83 +1,116 @@
-"""The whole job, top to bottom: options -> read -> iterations -> reports -> writers.
+"""The whole job, top to bottom: options -> ranks found -> each rank read and reduced -> reports
+combined over ranks -> writers.
 
-``run(options)`` is what the CLI calls; it is usable as a library function too.
+``run(options)`` is what the CLI calls; it is usable as a library function too. One rank (one
+export with one GPU process) is reduced in this process, and each report is written while the next
+is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
+combined by ``job.combine`` before anything is written.
+
+With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
+with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
+(``reports.roofline.build_alone``), and asking for a report that needs an nsys export is an error.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
+from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
+from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
-from .model import Iterations, Profile
+from .model import Iterations
 from .options import Options
-from .reader import check_input, load_profile
-from .reports import REPORTS, Report, ReportContext
-from .timeline.iterations import detect_iterations
+from .reader import check_input
+from .reader.discover import Job, discover, input_paths
+from .reports import REPORTS, Report
+from .reports.base import NCU, NSYS, JobFigures, RankFigures
+from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 
-# DLProf's report names; those not registered yet are refused by name with this note.
-DLPROF_REPORTS = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems")
-NOT_YET = "is not available in this dlagg version yet (it needs op correlation, planned next)"
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
+# The pictures reports draw (PNG) are written with their reports, whatever --formats.
+IMAGES = "png"
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
 
 @dataclass(frozen=True)
 class Result:
-    profile: Profile
-    iterations: Iterations
+    job: Job
+    ranks: tuple[RankFigures, ...]
     reports: tuple[Report, ...]
     written: tuple[Path, ...]
     warnings: tuple[str, ...]
+    comparison: Comparison | None = None  # with --baseline: the compare report (also in `reports`) and verdict
+
+    @property
+    def iterations(self) -> Iterations:
+        """The first rank's iterations (the only rank's, in a one-rank run; a run of an ncu report alone
+        has no rank)."""
+        return self.ranks[0].iterations
 
 
-def resolve_reports(requested: tuple[str, ...]) -> list[str]:
-    """Report names in build order; 'all' means every registered report."""
-    names: list[str] = []
+def resolve_reports(requested: tuple[str, ...], several: bool = False,
+                    inputs: frozenset[str] = frozenset({NSYS})) -> list[str]:
+    """The requested report names, in registry order; 'all' means every registered report that applies
+    (the ranks and collectives reports when there are several ranks; those whose `inputs` were given:
+    the roofline report with an ncu report, the others with an nsys export)."""
+    names: set[str] = set()
+    lacking: list[str] = []
     for name in requested:
         if name == "all":
-            names.extend(REPORTS)
+            names.update(n for n, spec in REPORTS.items()
+                         if (several or not spec.only_with_ranks) and spec.inputs <= inputs)
+        elif name == COMPARE:  # written with --baseline (compare.baseline_job checks it is given)
+            continue
+        elif name in REPORTS and REPORTS[name].inputs <= inputs:
+            names.add(name)
         elif name in REPORTS:
-            names.append(name)
-        elif name in DLPROF_REPORTS:
-            raise OptionsError(f"--reports: report '{name}' {NOT_YET}; available: {', '.join(REPORTS)}")
+            lacking.append(name)
         else:
             raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
-    ordered: list[str] = []
-
-    def visit(name: str) -> None:
-        if name not in ordered:
-            for dep in REPORTS[name].depends:
-                visit(dep)
-            ordered.append(name)
-
-    for name in dict.fromkeys(names):
-        visit(name)
-    return [n for n in ordered if n in names]
+    if lacking:
+        if NSYS not in inputs:
+            raise OptionsError(f"--reports: {', '.join(lacking)} need an nsys export: pass --nsys_database (with "
+                               "--ncu_report alone dlagg writes the roofline report only)")
+        raise OptionsError(f"--reports: {', '.join(lacking)} needs Nsight Compute metrics: pass --ncu_report=step.csv "
+                           "(ncu -i step.ncu-rep --csv --page raw > step.csv; docs/roofline.md)")
+    return [n for n in REPORTS if n in names]
 
 
-def build_order(names: list[str]) -> list[str]:
-    """`names` with the bulk reports (one row per kernel) first, so that writing them overlaps the
-    building of the others; they depend on no other report."""
-    return sorted(names, key=lambda n: not REPORTS[n].bulk)
+def _inputs(options: Options) -> frozenset[str]:
+    """The inputs given: an nsys export, an ncu report."""
+    return frozenset({*([NSYS] if options.nsys_database is not None else []),
+                      *([NCU] if options.ncu_report is not None else [])})
+
+
+def _check_roofline_options(options: Options) -> None:
+    if options.ncu_report is None:
+        for given, option in ((options.peaks, "--peaks"), (options.ncu_rank, "--ncu_rank")):
+            if given is not None:
+                raise OptionsError(f"{option} applies to the roofline of an Nsight Compute report: pass --ncu_report "
+                                   "too, or leave it out")
+    elif options.nsys_database is None and options.ncu_rank is not None:
+        raise OptionsError("--ncu_rank chooses among the ranks of an nsys export: pass --nsys_database too, or leave "
+                           "it out")
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
-        if fmt not in WRITERS or fmt == TENSORBOARD:
-            choices = ", ".join(w for w in WRITERS if w != TENSORBOARD)
+        if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
+            choices = ", ".join(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
-def _prepare_output(options: Options, names: list[str]) -> None:
+def _prepare_output(options: Options, names: list[str], job: Job, also: Sequence[Path] = ()) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -95,15 +128,22 @@ def _prepare_output(options: Options, names: list[str]) -> None:
     if options.force:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
-    for fmt in _writers(options):
-        for path in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name):
-            if path.exists():
+    targets = [p for fmt in _writers(options)
+               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
+    if options.per_rank and len(job.sources) > 1:
+        rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
+        targets += [p for fmt in options.formats for s in job.sources
+                    for p in WRITERS[fmt].targets(rank_suffixes, _rank_dir(options, s.rank), options.profile_name)]
+    for path in targets:
+        if path.exists():
                 raise OutputError(f"{path}: already exists; pass --force=true to overwrite it, "
                                   "or choose another --output_path / --profile_name")
 
 
 def _writers(options: Options) -> list[str]:
     formats = list(options.formats)
+    if IMAGES in WRITERS:
+        formats.append(IMAGES)
     if not options.suppress_tb_files and TENSORBOARD in WRITERS:
         formats.append(TENSORBOARD)
     return formats
@@ -114,77 +154,185 @@ def _out_dir(options: Options, fmt: str) -> Path:
     return options.output_path / options.tb_dir if fmt == TENSORBOARD else options.output_path
 
 
-def run(options: Options, log: Log | None = None) -> Result:
+def _rank_dir(options: Options, rank: int) -> Path:
+    """Where --per_rank writes one rank's reports."""
+    return options.output_path / f"rank{rank}"
+
+
+def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
+    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
-    names = resolve_reports(options.reports)
     _check_formats(options.formats)
-    check_input(Path(options.nsys_database))
-    if names:
-        _prepare_output(options, names)
-
-    with log.stage(f"read {Path(options.nsys_database).name}"):
-        profile = load_profile(options.nsys_database)
-    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
-               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
-               f"nsys {profile.meta.nsys_version or 'version unknown'}")
-    warnings: list[str] = list(profile.meta.warnings)
-
-    iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop)
-    if iterations.found:
-        log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
-                 f"aggregating {iterations.start} to {iterations.stop}")
-    else:
-        if len(profile.nvtx):
-            hint = (f"; candidates: {', '.join(iterations.candidates)}" if iterations.candidates else "")
-            todo = f"set --key_node to the NVTX range of one training step{hint}"
-        else:
-            todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
-        warnings.append(f"{iterations.reason}: the whole profile is one iteration 0; {todo}")
-
-    ctx = ReportContext(profile, iterations, options)
-    info = RunInfo(
-        source=profile.meta.source,
-        nsys_version=profile.meta.nsys_version,
-        key_node=iterations.key_node,
-        key_node_reason=iterations.reason,
-        iterations_total=iterations.count,
-        iter_start=iterations.start,
-        iter_stop=iterations.stop,
-        iteration_window_ns=iterations.window,
-        profile_name=options.profile_name,
-        dlagg_version=__version__,
-        context=ctx,
-    )
+    _check_roofline_options(options)
+    baseline = baseline_job(options)  # None without --baseline
+    if options.nsys_database is None:
+        return _run_ncu_alone(options, log)
+    paths = input_paths(options.nsys_database)
+    for path in paths:
+        check_input(path)
+    job = discover(paths)
+    options = with_ncu_rank(options, job)
+    several = len(job.sources) > 1
+    if several or job.files > 1:
+        log.info(f"found {job.describe()}")
+    names = resolve_reports(options.reports, several, _inputs(options))
+    if names or baseline:
+        _prepare_output(options, names, job, _comparison_targets(options))
     formats = _writers(options)
-    reports: list[Report] = []
+    needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
+    build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
+    comm = communication_needed(job, build)
     writes = _Writes(log)
-    # A report is written (CSV, JSON) while the next ones are built: writers spend their time in
-    # Arrow compute and file writes, which release the GIL, builders mostly in pandas. Bulk
-    # reports (one row per kernel) are built first, so their writing overlaps the most.
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-        for name in build_order(names):
-            spec = REPORTS[name]
-            empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
-            if empty:
-                warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
-                                "(was the run profiled with 'nsys profile -t cuda'?)")
-                continue
-            with log.stage(f"built {name} report"):
-                built = ctx.report(name)
-            reports.append(built)
-            warnings.extend(built.warnings)
-            for fmt in formats:
-                if WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, [built], _out_dir(options, fmt), info)
-        for warning in dict.fromkeys(warnings):
+        if several:
+            task = rank_task(options, build, comm, several=True)
+            ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler,
+                              initializer=worker_init, log=log)
+            with log.stage(f"combined {len(ranks)} ranks"):
+                figures, built = combine(ranks, job, build)
+            info = _run_info(options, figures, names)
+            for name in names:
+                if name in built:
+                    _submit_per_report(writes, pool, formats, built[name], options, info)
+        else:
+            early: dict[str, RunInfo] = {}
+
+            def write_now(report: Report, rank: RankFigures) -> None:  # one rank: written as soon as built
+                early.setdefault("info", _run_info(options, JobFigures(job, (rank,), None), names))
+                if report.name in names:
+                    early[report.name] = early["info"]
+                    _submit_per_report(writes, pool, formats, report, options, early["info"])
+
+            ranks = [reduce_rank(job.sources[0], options, build, comm=comm, on_report=write_now, log=log)]
+            figures, built = combine(ranks, job, build)
+            info = _run_info(options, figures, names)
+            for name in names:
+                if name in built and name not in early:
+                    _submit_per_report(writes, pool, formats, built[name], options, info)
+        comparison = None
+        if baseline is not None:  # the baseline reduced and compared; its event files written
+            comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
+            info = replace(info, reports=(*info.reports, COMPARE))
+            _submit_per_report(writes, pool, formats, comparison.report, options, info)
+        warnings = list(dict.fromkeys([*(w for r in ranks for w in r.warnings),
+                                       *(w for n in names if n in built for w in built[n].warnings),
+                                       *(comparison.report.warnings if comparison else ())]))
+        for warning in warnings:
             log.warn(warning)
-        reports.sort(key=lambda r: names.index(r.name))  # back in the order reports are listed in
+        reports = [built[n] for n in names if n in built]  # in the order reports are listed in
+        reports += [comparison.report] if comparison else []
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
-                    writes.submit(pool, fmt, reports, _out_dir(options, fmt), info)
+                    given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
+                    writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
+                                  _out_dir(options, fmt), info)
+        if options.per_rank and several:
+            for rank in ranks:  # ranks, not events
+                rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
+                try:
+                    _rank_dir(options, rank.source.rank).mkdir(exist_ok=True)
+                except OSError as exc:
+                    raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
+                                      f"({exc.strerror}); choose another --output_path") from None
+                for name in names:
+                    if name in rank.reports:
+                        for fmt in options.formats:
+                            writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
+                                          rank_info)
         written = writes.results(formats, names)
-    return Result(profile, iterations, tuple(reports), tuple(written), tuple(dict.fromkeys(warnings)))
+    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _comparison_targets(options: Options) -> list[Path]:
+    """What --baseline writes besides the current profile's outputs: the compare report's files and the
+    baseline's TensorBoard run."""
+    if options.baseline is None:
+        return []
+    paths = [p for fmt in _writers(options) if WRITERS[fmt].per_report
+             for p in WRITERS[fmt].targets([COMPARE], _out_dir(options, fmt), options.profile_name)]
+    if TENSORBOARD in _writers(options):
+        paths += WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
+    return paths
+
+
+def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes,
+             pool: ThreadPoolExecutor, log: Log, worker_init: Callable[[], None] | None) -> Comparison:
+    """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
+    (next to the current profile's, under the baseline's run name)."""
+    reads, job = baseline
+    several = len(job.sources) > 1
+    needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
+        if TENSORBOARD in _writers(options) else []
+    names = tuple(dict.fromkeys([*NEEDS, *needed]))
+    with log.stage(f"read the baseline ({job.describe()})"):
+        side = reduce_side(reads, job, names, log=log, worker_init=worker_init)
+    with log.stage("compared with the baseline"):
+        comparison = compare(side, current)
+    if needed:
+        given = [side.reports[n] for n in REPORTS if n in side.reports]
+        info = _run_info(reads, side.figures, list(NEEDS))
+        writes.submit(pool, TENSORBOARD, given, _out_dir(options, TENSORBOARD), info)
+    return comparison
+
+
+def _run_ncu_alone(options: Options, log: Log) -> Result:
+    """--ncu_report without an nsys export: the roofline report of the ncu kernels alone."""
+    if options.ncu_report is None:
+        raise OptionsError("nothing to read: pass --nsys_database (an nsys SQLite export) and/or --ncu_report (an "
+                           "Nsight Compute raw-page CSV)")
+    job = Job(sources=(), files=0, processes=0, numbering="no nsys export")
+    names = resolve_reports(options.reports, inputs=_inputs(options))
+    if not names:
+        return Result(job, (), (), (), ())
+    if "all" in options.reports:
+        log.info("no nsys export: the roofline report only (the other reports need --nsys_database)")
+    _prepare_output(options, names, job)
+    with log.stage(f"built roofline report from {Path(str(options.ncu_report)).name} alone"):
+        report = build_alone(options)
+    for warning in report.warnings:
+        log.warn(warning)
+    info = RunInfo(source=Path(str(options.ncu_report)).name, nsys_version="", key_node="",
+                   key_node_reason="no nsys export: the ncu report's kernels alone", iterations_total=0, iter_start=0,
+                   iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
+                   dlagg_version=__version__, reports=tuple(names), ranks=())
+    formats = _writers(options)
+    writes = _Writes(log)
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        for fmt in formats:
+            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+        written = writes.results(formats, names)
+    return Result(job, (), (report,), tuple(written), report.warnings)
+
+
+def _submit_per_report(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], report: Report,
+                       options: Options, info: RunInfo | None) -> None:
+    for fmt in formats:
+        if WRITERS[fmt].per_report:
+            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+
+
+def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInfo:
+    """What the outputs say about where they came from: the job's files and its first rank's iterations."""
+    first = figures.ranks[0]
+    its = first.iterations
+    sources = list(dict.fromkeys(r.source.path.name for r in figures.ranks))
+    return RunInfo(
+        source=", ".join(sources),
+        nsys_version=first.meta.nsys_version,
+        key_node=its.key_node,
+        key_node_reason=its.reason,
+        iterations_total=its.count,
+        iter_start=its.start,
+        iter_stop=its.stop,
+        iteration_window_ns=its.window,
+        profile_name=options.profile_name,
+        dlagg_version=__version__,
+        gpu_names=tuple(str(n) for r in figures.ranks for n in r.gpus["name"]) if len(figures.ranks) == 1 else
+        tuple(f"rank {r.source.rank}: GPU {','.join(map(str, r.source.devices))}" for r in figures.ranks),
+        reports=tuple(names),
+        ranks=tuple(r.source.rank for r in figures.ranks),
+    )
 
 
 class _Writes:
@@ -210,10 +358,11 @@ class _Writes:
             job.result()
         release_free_memory()
         written: list[Path] = []
-        jobs = sorted(self.jobs, key=lambda j: names.index(j[1]))
+        order = {name: k for k, name in enumerate(REPORTS)}
+        jobs = sorted(self.jobs, key=lambda j: order.get(j[1], len(order)))  # the compare report last
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
-            if done:
+            if any(paths for paths, _ in done):  # the image writer writes only reports with images
                 self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
             for paths, _ in done:
                 written.extend(paths)

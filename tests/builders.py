@@ -97,3 +97,118 @@ class ExportBuilder:
         conn.commit()
         conn.close()
         return path
+
+
+# --- nvprof databases -------------------------------------------------------------------------------
+
+NVPROF_EPOCH = 1_583_978_808_000_000_000  # nvprof's timestamps are absolute (ns since 1970)
+NVPROF_PID = 15938
+NVPROF_TID = 0xEADC3740  # a pthread handle: nvprof stores it as a signed 32-bit int in the API tables
+CBID_LAUNCH = 211  # cudaLaunchKernel_v7000
+CBID_MEMCPY_ASYNC = 41  # cudaMemcpyAsync_v3020
+CBID_CU_LAUNCH = 307  # cuLaunchKernel (driver API)
+
+
+def _signed32(value: int) -> int:
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def object_id(pid: int, tid: int) -> bytes:
+    """CUPTI's objectId union as nvprof stores it: pid and tid, little-endian uint32, 4 bytes padding."""
+    return pid.to_bytes(4, "little") + tid.to_bytes(4, "little") + bytes(4)
+
+
+@dataclass
+class NvprofBuilder:
+    """A tiny database with nvprof's schema (its table and column names, ``_id_`` keys, one
+    ``StringTable``, cbid-coded API rows, start/end marker rows); times are given relative to
+    `NVPROF_EPOCH` and stored absolute, like nvprof does."""
+
+    strings: dict[str, int] = field(default_factory=lambda: {"-- null --": 0})
+    kernels: list[tuple] = field(default_factory=list)
+    serial_kernels: list[tuple] = field(default_factory=list)
+    runtime: list[tuple] = field(default_factory=list)
+    driver: list[tuple] = field(default_factory=list)
+    memcpy: list[tuple] = field(default_factory=list)
+    markers: list[tuple] = field(default_factory=list)
+    next_corr: int = 100
+    next_marker: int = 5000
+
+    def string(self, text: str) -> int:
+        return self.strings.setdefault(text, len(self.strings))
+
+    def api(self, start: int, end: int, cbid: int = CBID_LAUNCH, *, tid: int = NVPROF_TID,
+            driver: bool = False) -> int:
+        corr, self.next_corr = self.next_corr, self.next_corr + 1
+        row = (cbid, NVPROF_EPOCH + start, NVPROF_EPOCH + end, NVPROF_PID, _signed32(tid), corr, 0)
+        (self.driver if driver else self.runtime).append(row)
+        return corr
+
+    def launch(self, api_start: int, api_end: int, start: int, end: int, name: str, *, stream: int = 7,
+               tid: int = NVPROF_TID, serial: bool = False, driver: bool = False,
+               grid: tuple[int, int, int] = (1, 1, 1), block: tuple[int, int, int] = (128, 1, 1)) -> int:
+        corr = self.api(api_start, api_end, CBID_CU_LAUNCH if driver else CBID_LAUNCH, tid=tid, driver=driver)
+        row = (NVPROF_EPOCH + start, NVPROF_EPOCH + end, 0, 1, stream, *grid, *block, corr, self.string(name))
+        (self.serial_kernels if serial else self.kernels).append(row)
+        return corr
+
+    def copy(self, api_start: int, api_end: int, start: int, end: int, *, nbytes: int = 4096,
+             copy_kind: int = 1, src_kind: int = 1, dst_kind: int = 3) -> None:
+        """A cudaMemcpyAsync (CUPTI kinds: 1 HtoD; memory 1 pageable, 2 pinned, 3 device)."""
+        corr = self.api(api_start, api_end, CBID_MEMCPY_ASYNC)
+        self.memcpy.append((copy_kind, src_kind, dst_kind, 0, nbytes, NVPROF_EPOCH + start, NVPROF_EPOCH + end,
+                            0, 1, 7, corr, corr))
+
+    def range(self, start: int, end: int | None, text: str, *, tid: int = NVPROF_TID,
+              end_tid: int | None = None) -> None:
+        """A start marker row and, unless `end` is None, its end row (same id)."""
+        marker, self.next_marker = self.next_marker, self.next_marker + 1
+        self.markers.append((2, NVPROF_EPOCH + start, marker, 2, object_id(NVPROF_PID, tid), self.string(text), 0))
+        if end is not None:
+            self.markers.append((4, NVPROF_EPOCH + end, marker, 2, object_id(NVPROF_PID, end_tid or tid), 0, 0))
+
+    def mark(self, at: int, text: str) -> None:
+        """An instantaneous marker (nvtxMark)."""
+        marker, self.next_marker = self.next_marker, self.next_marker + 1
+        self.markers.append((1, NVPROF_EPOCH + at, marker, 2, object_id(NVPROF_PID, NVPROF_TID), self.string(text), 0))
+
+    def write(self, path: Path) -> Path:
+        kernel_columns = """(_id_ INTEGER PRIMARY KEY AUTOINCREMENT, start INT NOT NULL, end INT NOT NULL,
+                deviceId INT NOT NULL, contextId INT NOT NULL, streamId INT NOT NULL, gridX INT NOT NULL,
+                gridY INT NOT NULL, gridZ INT NOT NULL, blockX INT NOT NULL, blockY INT NOT NULL,
+                blockZ INT NOT NULL, correlationId INT NOT NULL, name INT NOT NULL)"""
+        api_columns = """(_id_ INTEGER PRIMARY KEY AUTOINCREMENT, cbid INT NOT NULL, start INT NOT NULL,
+                end INT NOT NULL, processId INT NOT NULL, threadId INT NOT NULL, correlationId INT NOT NULL,
+                returnValue INT NOT NULL)"""
+        conn = sqlite3.connect(path)
+        conn.executescript(f"""
+            CREATE TABLE StringTable (_id_ INTEGER PRIMARY KEY AUTOINCREMENT, value TEXT NOT NULL UNIQUE);
+            CREATE TABLE Version (version INTEGER);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {kernel_columns};
+            CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL {kernel_columns};
+            CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME {api_columns};
+            CREATE TABLE CUPTI_ACTIVITY_KIND_DRIVER {api_columns};
+            CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (_id_ INTEGER PRIMARY KEY AUTOINCREMENT, copyKind INT NOT NULL,
+                srcKind INT NOT NULL, dstKind INT NOT NULL, flags INT NOT NULL, bytes INT NOT NULL,
+                start INT NOT NULL, end INT NOT NULL, deviceId INT NOT NULL, contextId INT NOT NULL,
+                streamId INT NOT NULL, correlationId INT NOT NULL, runtimeCorrelationId INT NOT NULL);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_MARKER (_id_ INTEGER PRIMARY KEY AUTOINCREMENT, flags INT NOT NULL,
+                timestamp INT NOT NULL, id INT NOT NULL, objectKind INT NOT NULL, objectId BLOB NOT NULL,
+                name INT NOT NULL, domain INT NOT NULL);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_DEVICE (_id_ INTEGER PRIMARY KEY AUTOINCREMENT,
+                globalMemorySize INT NOT NULL, numMultiprocessors INT NOT NULL,
+                computeCapabilityMajor INT NOT NULL, computeCapabilityMinor INT NOT NULL, id INT NOT NULL,
+                name INT NOT NULL);
+        """)
+        device = self.string("Tesla V100-SXM2-16GB")
+        conn.executemany("INSERT INTO StringTable VALUES (?, ?)", [(i, s) for s, i in self.strings.items()])
+        conn.execute("INSERT INTO Version VALUES (12)")
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_DEVICE VALUES (1, 16914055168, 80, 7, 0, 0, ?)", (device,))
+        for table, rows, width in (("CONCURRENT_KERNEL", self.kernels, 13), ("KERNEL", self.serial_kernels, 13),
+                                   ("RUNTIME", self.runtime, 7), ("DRIVER", self.driver, 7),
+                                   ("MEMCPY", self.memcpy, 12), ("MARKER", self.markers, 7)):
+            marks = ",".join("?" * width)
+            conn.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_{table} VALUES (NULL,{marks})", rows)
+        conn.commit()
+        conn.close()
+        return path

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests are timed by how many examples they try, not by a per-example deadline: a deadline
+# fails at random on a loaded 2-core machine (CI) without saying anything about the code.
+settings.register_profile("dlagg", deadline=None)
+settings.load_profile("dlagg")
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "fixtures"
@@ -33,3 +42,57 @@ def public_fixtures() -> list[Path]:
     found = {p.name: p for p in sorted((SHARED / "public").glob("*.sqlite"))}
     found.update({p.name: p for p in sorted((BUNDLED / "public").glob("*.sqlite"))})
     return [found[k] for k in sorted(found)]
+
+
+def nvprof_fixture(name: str) -> Path:
+    """A file of the nvprof fixture (bundled first, then ../shared); skips when absent."""
+    for base in (BUNDLED, SHARED):
+        path = base / "nvprof" / name
+        if path.exists():
+            return path
+    pytest.skip(f"nvprof fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+
+
+def ncu_dir(name: str) -> Path:
+    """Folder of an Nsight Compute fixture (bundled first, then ../shared); skips when absent."""
+    for base in (BUNDLED, SHARED):
+        folder = base / "ncu" / name
+        if (folder / f"{name}_raw.csv.gz").exists():
+            return folder
+    pytest.skip(f"ncu fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+
+
+def ncu_csv(name: str) -> Path:
+    return ncu_dir(name) / f"{name}_raw.csv.gz"
+
+
+MULTI = ("ddp2_gpt_one_session", "ddp2_gpt_per_rank")
+
+
+def multi_dir(name: str, tmp_root: Path) -> Path:
+    """Folder of a multi-GPU recording with its databases as plain .sqlite files: ../shared's as they are,
+    else the bundled gzipped ones unpacked once under `tmp_root` (skips when neither exists)."""
+    shared = SHARED / "nsys-2022.4-multi" / name
+    if list(shared.glob("*.sqlite")):
+        return shared
+    bundled = BUNDLED / "nsys-2022.4-multi" / name
+    packed = sorted(bundled.glob("*.sqlite.gz"))
+    if not packed:
+        pytest.skip(f"multi-GPU fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+    folder = tmp_root / name
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        for path in bundled.iterdir():
+            if path.suffix == ".gz":
+                with gzip.open(path, "rb") as src, (folder / path.name[:-3]).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def multi(tmp_path_factory) -> Callable[[str], Path]:
+    """multi("ddp2_gpt_per_rank") -> the folder of that multi-GPU recording (see multi_dir)."""
+    root = tmp_path_factory.mktemp("multi")
+    return lambda name: multi_dir(name, root)

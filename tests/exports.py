@@ -295,7 +295,7 @@ class Damage:
         pick = f"rowid % {self.rows} = 0" + (f" AND NOT ({_key_row(export)})" if self.table == "NVTX_EVENTS" else "")
         col = f'"{self.column}"'
         values = {
-            "text": "'abc'", "real": "0.5 + start", "blob": "x'00ff'", "null": "NULL",
+            "text": "'abc'", "real": "0.5 + start", "huge_real": "1e300", "blob": "x'00ff'", "null": "NULL",
             "huge": "9223372036854775807", "negative": "-5000", "nan": "'NaN'",
         }
         if self.kind in values:
@@ -326,7 +326,7 @@ def _key_row(export: GeneratedExport) -> str:
 
 
 # Damage per table: the columns a kind may hit (nsys names); the key node's rows are spared.
-_TIME_KINDS = ("text", "real", "blob", "null", "huge", "negative", "reversed", "late", "nan")
+_TIME_KINDS = ("text", "real", "huge_real", "blob", "null", "huge", "negative", "reversed", "late", "nan")
 _TARGETS = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId", "gridX"),
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId"),

@@ -33,8 +33,8 @@ def meta(name: str) -> dict:
 @pytest.mark.parametrize("name", GPU_RECORDINGS)
 def test_kernel_totals_equal_nsys_stats(name: str, tmp_path: Path) -> None:
     reports, _ = build(name, tmp_path)
-    ours = reports["kernel"].table.groupby("Long Kernel Name").agg(
-        total=("Total GPU Time (ns)", "sum"), calls=("Calls", "sum"))
+    ours = reports["kernel"].main.frame.groupby("long_kernel_name").agg(
+        total=("gpu_time_total_ns", "sum"), calls=("calls", "sum"))
     oracle = pd.read_csv(recording_dir(name) / f"{name}_gpukernsum.csv").groupby("Name").agg(
         total=("Total Time (ns)", "sum"), calls=("Instances", "sum"))
     assert len(ours) == len(oracle)
@@ -46,8 +46,8 @@ def test_kernel_totals_equal_nsys_stats(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", GPU_RECORDINGS)
 def test_kernel_min_max_equal_nsys_stats_per_name(name: str, tmp_path: Path) -> None:
     reports, _ = build(name, tmp_path)
-    ours = reports["kernel"].table.groupby("Long Kernel Name").agg(
-        mn=("Min GPU Time (ns)", "min"), mx=("Max GPU Time (ns)", "max"))
+    ours = reports["kernel"].main.frame.groupby("long_kernel_name").agg(
+        mn=("gpu_time_min_ns", "min"), mx=("gpu_time_max_ns", "max"))
     oracle = pd.read_csv(recording_dir(name) / f"{name}_gpukernsum.csv").groupby("Name").agg(
         mn=("Min (ns)", "min"), mx=("Max (ns)", "max"))
     joined = oracle.merge(ours, left_index=True, right_index=True, how="left", suffixes=("_nsys", ""))
@@ -57,12 +57,12 @@ def test_kernel_min_max_equal_nsys_stats_per_name(name: str, tmp_path: Path) -> 
 @pytest.mark.parametrize("name", GPU_RECORDINGS)
 def test_iteration_report_holds_every_kernel_once(name: str, tmp_path: Path) -> None:
     reports, result = build(name, tmp_path)
-    table = reports["iteration"].table
+    table = reports["iteration"].main.frame
     assert len(table) == meta(name)["summary"]["kernels"]
-    assert table["GPU Duration (ns)"].sum() == reports["kernel"].table["Total GPU Time (ns)"].sum()
+    assert table["gpu_duration_ns"].sum() == reports["kernel"].main.frame["gpu_time_total_ns"].sum()
     # Every kernel correlates with its launch call in these recordings.
-    assert table["API Call Start (ns)"].notna().all()
-    assert (table["API Call Start (ns)"] <= table["GPU Start Time (ns)"]).all()
+    assert table["api_start_ns"].notna().all()
+    assert (table["api_start_ns"] <= table["gpu_start_ns"]).all()
 
 
 @pytest.mark.parametrize("name", [*GPU_RECORDINGS, "cpu_nvtx_numpy"])
@@ -93,51 +93,50 @@ def test_iter_start_stop_select_exactly_those_windows(start: int | None, stop: i
     its = result.iterations
     lo, hi = (start or 0), (9 if stop is None else stop)
     assert (its.start, its.stop) == (lo, hi)
-    table = reports["iteration"].table
-    assert sorted(table["Iteration"].unique()) == list(range(lo, hi + 1))
+    table = reports["iteration"].main.frame
+    assert sorted(table["iteration"].unique()) == list(range(lo, hi + 1))
     # cuda_basic launches exactly 5 kernels per train_step
     assert len(table) == 5 * (hi - lo + 1)
     # Each kernel's launch call lies in its iteration's window (end of key i-1, end of key i].
-    api = table["API Call Start (ns)"].to_numpy()
-    it = table["Iteration"].to_numpy()
+    api = table["api_start_ns"].to_numpy()
+    it = table["iteration"].to_numpy()
     assert (api > np.where(it > 0, its.ends[it - 1], its.starts[0] - 1)).all()
     assert (api <= its.ends[it]).all()
-    summary = dict(reports["summary"].sections[2].table.values)
-    assert summary["Aggregated Iterations"] == hi - lo + 1
-    wall = dict(reports["summary"].sections[1].table.values)["Wall Clock Time (ns)"]
+    assert reports["summary"].table("iterations_summary").values["aggregated_iterations"] == hi - lo + 1
+    wall = reports["summary"].table("summary").values["wall_clock_ns"]
     assert wall == its.ends[hi] - its.starts[lo]
 
 
 def test_summary_partition_sums_to_wall_clock(tmp_path: Path) -> None:
     reports, _ = build("resnet_amp", tmp_path)
-    values = dict(reports["summary"].sections[1].table.values)
-    shares = [v for k, v in values.items() if k.endswith("Duration %")]
+    values = reports["summary"].table("summary").values
+    shares = [v for k, v in values.items() if k.endswith("_duration_pct")]
     assert len(shares) == 7
-    assert sum(shares) == pytest.approx(100.0, abs=0.4)  # each share is rounded to one decimal
-    bd = reports["summary"].per_iteration
-    parts = bd[["tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other"]].sum(axis=1)
-    assert (parts == bd["duration"]).all()
+    assert sum(shares) == pytest.approx(100.0)
+    bd = reports["summary"].table("iterations").frame
+    parts = bd[[f"{c}_ns" for c in ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")]].sum(axis=1)
+    assert (parts == bd["duration_ns"]).all()
 
 
 def test_summary_all_kernels_section_matches_kernel_report(tmp_path: Path) -> None:
     reports, _ = build("cuda_basic", tmp_path)
-    kernels = reports["summary"].sections[3].table.set_index("")
-    kernel_total = reports["kernel"].table["Total GPU Time (ns)"].sum()
-    memory = kernels.loc["Memory", "GPU Time (ns)"]
-    assert kernels.loc["All kernels", "GPU Time (ns)"] == kernel_total + memory
+    kernels = reports["summary"].table("all_kernels").frame.set_index("kernels")
+    kernel_total = reports["kernel"].main.frame["gpu_time_total_ns"].sum()
+    memory = kernels.loc["Memory", "gpu_time_ns"]
+    assert kernels.loc["All kernels", "gpu_time_ns"] == kernel_total + memory
     oracle = pd.read_csv(recording_dir("cuda_basic") / "cuda_basic_gpumemtimesum.csv")
     assert memory == oracle["Total Time (ns)"].sum()
     # 5 kernel names + HtoD, DtoH, DtoD copies + memset
-    assert kernels.loc["All kernels", "# Kernels"] == 5 + 4
+    assert kernels.loc["All kernels", "distinct_kernels"] == 5 + 4
 
 
 def test_summary_system_config_from_the_export(tmp_path: Path) -> None:
     reports, _ = build("resnet_amp", tmp_path)
-    config = dict(reports["summary"].sections[0].table.values)
-    assert config["GPU Count"] == 1
-    assert config["GPU Name(s)"] == "NVIDIA H200"
-    assert config["GPU Driver Version"] == "580.159.04"
-    assert config["NSys Version"] == "2022.4.2.1"
+    config = reports["summary"].table("system").values
+    assert config["gpu_count"] == 1
+    assert config["gpu_names"] == "NVIDIA H200"
+    assert config["driver_version"] == "580.159.04"
+    assert config["nsys_version"] == "2022.4.2.1"
 
 
 def test_cpu_only_export_writes_summary_and_says_why_not_kernels(tmp_path: Path) -> None:
@@ -147,9 +146,9 @@ def test_cpu_only_export_writes_summary_and_says_why_not_kernels(tmp_path: Path)
     names = [r.name for r in result.reports]
     assert "summary" in names and "kernel" not in names and "iteration" not in names
     assert any("no CUDA kernels" in w for w in result.warnings)
-    values = dict(result.reports[names.index("summary")].sections[1].table.values)
-    assert values["GPU Utilization %"] == 0.0
-    assert values["Other Duration %"] < 100.0  # CPU-side NVTX ranges were found
+    values = result.reports[names.index("summary")].table("summary").values
+    assert values["gpu_utilization_pct"] == 0.0
+    assert values["other_duration_pct"] < 100.0  # CPU-side NVTX ranges were found
 
 
 def test_library_run_without_any_output_format_builds_reports(tmp_path: Path) -> None:

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from dlagg.context import RankContext
 from dlagg.expert import iterations as it_rules
-from dlagg.expert import launch, memory, precision, utilisation
-from dlagg.expert.base import run_detectors
+from dlagg.expert import launch, memory, precision, run_detectors, utilisation
 from dlagg.options import Options
 from dlagg.reader import load_profile
-from dlagg.reports import ReportContext
 from dlagg.timeline.iterations import detect_iterations
 
 from .builders import ExportBuilder
@@ -42,7 +41,7 @@ def export(tmp_path: Path, step: Step, *, n: int = N, length: int = T, lengths: 
 def detect(path: Path, key_node: str | None = None) -> dict[str, object]:
     profile = load_profile(path)
     iterations = detect_iterations(profile, key_node)
-    found, _ = run_detectors(ReportContext(profile, iterations, Options(nsys_database=path)))
+    found, _ = run_detectors(RankContext(profile, iterations, Options(nsys_database=path)))
     return {f.detector: f for f in found}
 
 

@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dlagg.context import RankContext
 from dlagg.errors import OptionsError
 from dlagg.ops import union_by_group
 from dlagg.ops.markers import backward_op, classify_name, normalise_op
 from dlagg.ops.tree import Forest
 from dlagg.options import Options
 from dlagg.reader import load_profile
-from dlagg.reports.base import ReportContext
+from dlagg.reports import build_reports
 from dlagg.timeline.iterations import detect_iterations
 
 from .builders import PID, TID, ExportBuilder, global_tid
@@ -58,18 +59,22 @@ class Builder(ExportBuilder):
         return path
 
 
-def context(b: Builder, tmp_path: Path, **options: object) -> ReportContext:
+def context(b: Builder, tmp_path: Path, **options: object) -> RankContext:
     path = b.write(tmp_path / f"ops{len(list(tmp_path.glob('*.sqlite')))}.sqlite")
     profile = load_profile(path)
     iterations = detect_iterations(profile, options.pop("key_node", None))  # type: ignore[arg-type]
-    return ReportContext(profile, iterations, Options(nsys_database=path, **options))  # type: ignore[arg-type]
+    return RankContext(profile, iterations, Options(nsys_database=path, **options))  # type: ignore[arg-type]
 
 
-def detail(ctx: ReportContext) -> pd.DataFrame:
-    return ctx.report("detail").table
+def report(ctx: RankContext, name: str):
+    return build_reports(ctx, [name])[name]
 
 
-def by_name(ctx: ReportContext) -> pd.DataFrame:
+def detail(ctx: RankContext) -> pd.DataFrame:
+    return report(ctx, "detail").main.frame
+
+
+def by_name(ctx: RankContext) -> pd.DataFrame:
     """Op instances with their op's name, one row per instance."""
     return ctx.ops.instances.join(ctx.ops.ops, on="key").set_index("op_name")
 
@@ -99,12 +104,12 @@ def test_op_without_gpu_work(tmp_path: Path) -> None:
     b.range(600, 900, "aten::relu, seq = 2, op_id = 2")
     b.launch(610, 620, 700, 750, "relu_kernel")
     ctx = context(b, tmp_path)
-    table = detail(ctx).set_index("Op Name")
+    table = detail(ctx).set_index("op_name")
     empty = table.loc["aten::empty"]
-    assert empty["Total CPU Time (ns)"] == 500 and empty["Total GPU Time (ns)"] == 0
-    assert empty["Total GPU Idle (ns)"] == 0
-    assert empty["Total CPU Overhead (ns)"] == 500 - 80  # cudaMalloc counts: all API calls, not only launches
-    assert table.loc["aten::relu", "Total GPU Time (ns)"] == 50
+    assert empty["cpu_time_total_ns"] == 500 and empty["gpu_time_total_ns"] == 0
+    assert empty["gpu_idle_total_ns"] == 0
+    assert empty["cpu_overhead_total_ns"] == 500 - 80  # cudaMalloc counts: all API calls, not only launches
+    assert table.loc["aten::relu", "gpu_time_total_ns"] == 50
 
 
 def test_op_launching_a_memcpy_and_a_memset(tmp_path: Path) -> None:
@@ -117,7 +122,7 @@ def test_op_launching_a_memcpy_and_a_memset(tmp_path: Path) -> None:
     assert row["gpu"] == 300 + 50 and row["gpu_idle"] == (500 - 100) - 350
     assert row["kernels"] == 0 and row["kernel_time"] == 0
     # both memory operations carry the op
-    assert set(pd.Series(ctx.op_columns(ctx.work.index)["Op Name"])) == {"aten::copy_"}
+    assert set(pd.Series(ctx.op_columns(ctx.work.index)["op_name"])) == {"aten::copy_"}
 
 
 def test_api_calls_nested_in_api_calls_are_counted_once(tmp_path: Path) -> None:
@@ -145,38 +150,14 @@ def test_nested_ranges_innermost_op_and_group_paths(tmp_path: Path) -> None:
     assert ops.loc["aten::linear", "path"] == "/forward/" and ops.loc["aten::linear", "kernels"] == 1
     assert ops.loc["attention", "path"] == "/forward/encoder/" and ops.loc["attention", "kernels"] == 1
     assert ops.loc["aten::linear", "op_type"] == "linear" and ops.loc["aten::linear", "tc_eligible"]
-    kernel_ops = pd.Series(np.asarray(ctx.op_columns(ctx.work.index)["Op Name"]),
+    kernel_ops = pd.Series(np.asarray(ctx.op_columns(ctx.work.index)["op_name"]),
                            index=ctx.profile.strings.decode(ctx.work["name_id"]).to_numpy())
     assert kernel_ops.to_dict() == {"gemm": "aten::linear", "attn_kernel": "attention", "stray": ""}
-    groups = ctx.report("group_node").table.set_index("Name")
+    groups = report(ctx, "group_node").main.frame.set_index("name")
     assert list(groups.index) == ["/", "/forward/", "/forward/encoder/"]
-    assert groups.loc["/", "Num Calls Aggregated"] == 2 and groups.loc["/forward/encoder/", "Num Calls Aggregated"] == 1
-    assert groups.loc["/forward/", "Num TC Eligible Ops"] == 1
-    assert groups.loc["/", "Total GPU Time (ns)"] == 200 + 100
-
-
-def test_nested_dlprof_markers_innermost_wins(tmp_path: Path) -> None:
-    """DLProf's plugin nests a helper's traceMarker inside linear's; a kernel goes to the innermost."""
-    outer = "{'traceMarker': ['net.py:28'], 'funcStack': '/<module>/Net::forward/Linear::forward/linear'}"
-    outer_args = ("{'mod': 'torch.nn.functional', 'op': 'linear', 'args': [{'name': '', 'type': 'tensor', "
-                  "'shape': (1, 400), 'dtype': 'float16'}, {'name': '', 'type': 'tensor', 'shape': (120, 400), "
-                  "'dtype': 'float16'}]}")
-    inner = "{'traceMarker': ['net.py:28', 'functional.py:1846'], 'funcStack': '/<module>/Net::forward/linear/helper'}"
-    b = Builder()
-    b.range(0, 1000, outer)
-    b.range(10, 990, outer_args)
-    b.range(20, 100, inner)
-    b.launch(30, 40, 50, 60, "helper_kernel")
-    b.range(200, 900, "aten::linear, seq = 7")
-    b.launch(300, 310, 320, 420, "h1688gemm")
-    ctx = context(b, tmp_path)
-    ops = by_name(ctx)
-    linear = ops.loc["/<module>/Net::forward/Linear::forward/linear"]
-    assert linear["op_type"] == "linear" and linear["data_types"] == "float16"
-    assert linear["input_shapes"] == "[1, 400]; [120, 400]" and linear["stack"] == "net.py:28"
-    assert linear["kernels"] == 1 and linear["tc_kernels"] == 1
-    assert linear["path"] == "/<module>/Net::forward/Linear::forward/"
-    assert ops.loc["/<module>/Net::forward/linear/helper", "kernels"] == 1
+    assert groups.loc["/", "calls"] == 2 and groups.loc["/forward/encoder/", "calls"] == 1
+    assert groups.loc["/forward/", "tc_eligible_ops"] == 1
+    assert groups.loc["/", "gpu_time_total_ns"] == 200 + 100
 
 
 def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
@@ -188,7 +169,7 @@ def test_range_ending_on_another_thread_defines_no_op(tmp_path: Path) -> None:
     ctx = context(b, tmp_path)
     assert set(by_name(ctx).index) == {"aten::add"}
     assert any("end on another thread" in w for w in ctx.ops.warnings)
-    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == ["", "aten::add"]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["op_name"]).tolist() == ["", "aten::add"]
 
 
 def test_work_launched_on_another_annotated_thread_is_not_the_ranges(tmp_path: Path) -> None:
@@ -197,7 +178,7 @@ def test_work_launched_on_another_annotated_thread_is_not_the_ranges(tmp_path: P
     b.range(2000, 3000, "aten::add, seq = 2, op_id = 2", tid=TID + 3)
     b.launch(100, 110, 200, 300, "k", tid=TID + 3)  # same time, other thread with its own ranges
     ctx = context(b, tmp_path)
-    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == [""]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["op_name"]).tolist() == [""]
     assert by_name(ctx).loc["aten::mm", "gpu"] == 0
 
 
@@ -209,7 +190,7 @@ def test_work_from_an_unannotated_thread_goes_to_the_op_open_in_its_process(tmp_
     b.launch(1100, 1110, 1200, 1300, "late", tid=BWD_TID)  # after it: no op open
     b.launch(100, 110, 200, 300, "other_process", tid=BWD_TID, pid=PID + 1)
     ctx = context(b, tmp_path)
-    assert pd.Series(ctx.op_columns(ctx.work.index)["Op Name"]).tolist() == ["backward", "", ""]
+    assert pd.Series(ctx.op_columns(ctx.work.index)["op_name"]).tolist() == ["backward", "", ""]
     backward = by_name(ctx).loc["backward"]
     assert backward["gpu"] == 100 and backward["api"] == 0 and backward["cpu_overhead"] == 1000
 
@@ -244,31 +225,32 @@ def test_ops_are_grouped_across_iterations_and_backward_shares_the_forward_id(tm
     training_steps(b)
     ctx = context(b, tmp_path)
     table = detail(ctx)
-    rows = table.set_index(["Op ID", "Direction"])
+    rows = table.set_index(["op_id", "direction"])
     assert sorted(rows.index) == [("ACCUMULATE_GRAD_1", "bprop"), ("CONV2D_1", "bprop"), ("CONV2D_1", "fprop"),
                                   ("CONV2D_2", "bprop"), ("CONV2D_2", "fprop"), ("LINEAR_1", "bprop"),
                                   ("LINEAR_1", "fprop"), ("ONES_LIKE_1", "fprop")]
-    assert (table["No. Calls"] == 3).all()  # one row per op, one call per iteration, never per op_id
-    assert rows.loc[("CONV2D_1", "fprop"), "Using TC"] == "yes" and rows.loc[("CONV2D_2", "fprop"), "Using TC"] == "no"
+    assert (table["calls"] == 3).all()  # one row per op, one call per iteration, never per op_id
+    assert rows.loc[("CONV2D_1", "fprop"), "using_tc"] and not rows.loc[("CONV2D_2", "fprop"), "using_tc"]
     # ConvolutionBackward0 of seq 1 (second conv) ran third in the backward pass
-    assert rows.loc[("CONV2D_2", "bprop"), "Op Name"] == "ConvolutionBackward0"
-    assert rows.loc[("LINEAR_1", "bprop"), "Op Type"] == "linear"
-    assert rows.loc[("LINEAR_1", "bprop"), "TC Eligible"] == "yes"
-    assert rows.loc[("ACCUMULATE_GRAD_1", "bprop"), "TC Eligible"] == "no"
+    assert rows.loc[("CONV2D_2", "bprop"), "op_name"] == "ConvolutionBackward0"
+    assert rows.loc[("LINEAR_1", "bprop"), "op_type"] == "linear"
+    assert rows.loc[("LINEAR_1", "bprop"), "tc_eligible"]
+    assert not rows.loc[("ACCUMULATE_GRAD_1", "bprop"), "tc_eligible"]
     # kernel counts per op add up to every kernel of the aggregated iterations
     kernels = ctx.ops.instances.groupby("key")["kernels"].sum().sum()
-    assert kernels == len(ctx.selected_work) == 18
+    assert kernels == len(ctx.selected_work) == 3 * (3 + 3)  # 3 steps of 3 forward and 3 backward launches
     # op_type totals add up to the All Ops summary
-    op_types = ctx.report("op_type").table
-    all_ops = ctx.report("summary").sections[-1].table.set_index("")
-    assert op_types["Total GPU Time (ns)"].sum() == all_ops.loc["All ops", "GPU Time (ns)"]
-    assert op_types["Total CPU Time (ns)"].sum() == all_ops.loc["All ops", "CPU Time (ns)"]
-    assert op_types["# Ops"].sum() == all_ops.loc["All ops", "# Ops"] == len(table)
-    assert op_types.set_index("Op Type").loc["conv2d", "# Calls"] == 12
+    op_types = report(ctx, "op_type").main.frame
+    all_ops = report(ctx, "summary").table("all_ops").frame.set_index("ops")
+    assert op_types["gpu_time_total_ns"].sum() == all_ops.loc["All ops", "gpu_time_ns"]
+    assert op_types["cpu_time_total_ns"].sum() == all_ops.loc["All ops", "range_time_ns"]
+    assert op_types["ops"].sum() == all_ops.loc["All ops", "op_count"] == len(table)
+    # 2 conv2d and their 2 ConvolutionBackward0 (reported under the forward op's type) in each of 3 steps
+    assert op_types.set_index("op_type").loc["conv2d", "calls"] == 3 * (2 + 2)
     # backward ops run on autograd's thread; they sit under the main thread's `backward` range
     paths = ctx.op_instances.groupby("direction")["path"].agg(set)
     assert paths.to_dict() == {"fprop": {"/forward/", "/backward/"}, "bprop": {"/backward/"}}
-    fprop = ctx.work.index[np.asarray(ctx.op_columns(ctx.work.index)["Direction"]) == "fprop"]
+    fprop = ctx.work.index[np.asarray(ctx.op_columns(ctx.work.index)["direction"]) == "fprop"]
     assert set(ctx.input_shapes(fprop)) == {"[[32, 3], [3, 3]]"}
 
 
@@ -276,24 +258,24 @@ def test_iteration_range_selects_calls(tmp_path: Path) -> None:
     b = Builder()
     training_steps(b)
     ctx = context(b, tmp_path)
-    ctx_range = ReportContext(ctx.profile, detect_iterations(ctx.profile, None, 1, 1), ctx.options)
-    assert (detail(ctx_range)["No. Calls"] == 1).all()
+    ctx_range = RankContext(ctx.profile, detect_iterations(ctx.profile, None, 1, 1), ctx.options)
+    assert (detail(ctx_range)["calls"] == 1).all()
 
 
 def test_tensor_report_and_utilization(tmp_path: Path) -> None:
     b = Builder()
     training_steps(b, steps=2)
     ctx = context(b, tmp_path)
-    tensor = ctx.report("tensor").table.set_index(["Op ID", "Direction"])
+    tensor = report(ctx, "tensor").main.frame.set_index(["op_id", "direction"])
     conv2 = tensor.loc[("CONV2D_2", "fprop")]
-    assert conv2["Uses TC"] == "no" and conv2["TC Utilization (%)"] == 0.0
-    assert conv2["Total GPU Time (ns)"] == 2 * 1100 and conv2["Non-TC Kernel Names"] == "sgemm_conv"
+    assert not conv2["uses_tc"] and conv2["tc_utilization_pct"] == 0.0
+    assert conv2["kernel_time_ns"] == 2 * 1100 and conv2["non_tc_kernel_names"] == "sgemm_conv"
     conv1 = tensor.loc[("CONV2D_1", "fprop")]
-    assert conv1["TC GPU Time (ns)"] == 2 * 1000 and conv1["TC Kernel Names"] == "h1688conv"
+    assert conv1["tc_kernel_time_ns"] == 2 * 1000 and conv1["tc_kernel_names"] == "h1688conv"
     assert ("ACCUMULATE_GRAD_1", "bprop") not in tensor.index
     # eligible kernel time: fwd 1000 + 1100 + 1200, bwd 2000 x 3 per iteration; TC: all but sgemm_conv
-    summary = dict(ctx.report("summary").sections[1].table.values)
-    assert summary["Tensor Core Kernel Utilization %"] == round(100 * (9300 - 1100) / 9300, 1)
+    summary = report(ctx, "summary").table("summary").values
+    assert summary["tc_kernel_utilization_pct"] == pytest.approx(100 * (9300 - 1100) / 9300)
 
 
 def test_two_ranks_fall_into_the_same_rows(tmp_path: Path) -> None:
@@ -308,7 +290,7 @@ def test_two_ranks_fall_into_the_same_rows(tmp_path: Path) -> None:
             b.launch(t + 300, t + 310, t + 400, t + 500, "gemm", pid=pid)
     ctx = context(b, tmp_path)
     table = detail(ctx)
-    assert table[["Op ID", "No. Calls"]].values.tolist() == [["MM_1", 4]]
+    assert table[["op_id", "calls"]].values.tolist() == [["MM_1", 4]]
     assert set(ctx.op_instances["path"]) == {"/forward/"}
 
 
@@ -330,11 +312,11 @@ def test_no_ranges_gives_empty_reports_with_a_warning(tmp_path: Path) -> None:
     b = Builder()
     b.launch(0, 10, 20, 30, "k")
     ctx = context(b, tmp_path)
-    report = ctx.report("detail")
-    assert report.table.empty and list(report.table.columns)[:4] == ["Op ID", "Op Name", "Direction", "Op Type"]
-    assert any("defines an op" in w for w in report.warnings)
-    assert ctx.report("op_type").table.empty and ctx.report("group_node").table.empty
-    assert pd.Series(ctx.op_columns(ctx.work.index)["Op ID"]).tolist() == [""]
+    built = report(ctx, "detail")
+    assert built.main.frame.empty and list(built.main.frame.columns)[:4] == ["op_id", "op_name", "direction", "op_type"]
+    assert any("defines an op" in w for w in built.warnings)
+    assert report(ctx, "op_type").main.frame.empty and report(ctx, "group_node").main.frame.empty
+    assert pd.Series(ctx.op_columns(ctx.work.index)["op_id"]).tolist() == [""]
 
 
 # --- building blocks ------------------------------------------------------------------------------

@@ -8,17 +8,18 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from dlagg.errors import OutputError
-from dlagg.model import Iterations
 from dlagg.options import Options
 from dlagg.pipeline import run
-from dlagg.writers.tensorboard_writer import TEXT_ROWS, TOP_OP_TYPES, md_escape, md_table, op_type_scalars
+from dlagg.reports import Report, Table
+from dlagg.reports.figures import NS, PERCENT, Field
+from dlagg.reports.summary import ITERATION_FIELDS, OP_TYPE_ITERATION_FIELDS
+from dlagg.writers.tensorboard_writer import TEXT_ROWS, TOP_OP_TYPES, md_escape, op_type_scalars, table_markdown
 
 from .conftest import recording
 
@@ -87,9 +88,19 @@ def report_json(out: Path, name: str) -> dict:
     return json.loads((out / f"dlagg_{name}.json").read_text())
 
 
+def _shown(value: object) -> object:
+    return ("yes" if value else "no") if isinstance(value, bool) else value
+
+
 def section_frame(doc: dict, title: str) -> pd.DataFrame:
-    (section,) = [s for s in doc["sections"] if s["title"] == title]
-    return pd.DataFrame(section["rows"], columns=[c["name"] for c in section["columns"]])
+    """A JSON report table's CSV columns under their titles, booleans as the CSV writes them."""
+    (table,) = [t for t in doc["tables"] if t["title"] == title and t["csv"]]
+    shown = [k for k, f in enumerate(table["fields"]) if f["csv"]]
+    if table["key_value"]:
+        return pd.DataFrame({"Name": [table["fields"][k]["title"] for k in shown],
+                             "Value": pd.Series([_shown(table["rows"][0][k]) for k in shown], dtype=object)})
+    rows = [[_shown(row[k]) for k in shown] for row in table["rows"]]
+    return pd.DataFrame(rows, columns=[table["fields"][k]["title"] for k in shown])
 
 
 def kv(doc: dict, title: str) -> dict[str, object]:
@@ -179,7 +190,7 @@ def test_text_dashboards_equal_the_reports(amp: Path) -> None:
     main = read_run(amp / "event_files" / "dlagg")
     assert not any(tag.startswith("iteration/") for tag in main.texts)  # one row per launch: charted instead
     summary = report_json(amp, "summary")
-    for section in summary["sections"]:
+    for section in [t for t in summary["tables"] if t["csv"]]:
         table = parse_md_table(main.texts[f"summary/{section['title']}"])
         expected = section_frame(summary, section["title"])
         assert len(table) == len(expected)
@@ -271,7 +282,7 @@ def test_existing_event_folder_needs_force_and_is_replaced_whole(tmp_path: Path,
         raise AssertionError("the database was read before the --force check")
 
     with monkeypatch.context() as patch:
-        patch.setattr("dlagg.pipeline.load_profile", must_not_read)
+        patch.setattr("dlagg.job.load_profile", must_not_read)
         with pytest.raises(OutputError, match=r"event_files/dlagg: already exists; pass --force"):
             run(options)
     run(Options(**{**options.__dict__, "force": True}))
@@ -309,43 +320,56 @@ def test_tensorboard_is_imported_only_by_the_writer() -> None:
 
 def test_markdown_cells_are_escaped_and_formatted() -> None:
     assert md_escape("void f<a_b>(int*) | [x]") == r"void f&lt;a\_b&gt;(int\*) \| \[x\]"
-    table = pd.DataFrame({
-        "Kernel Name": ["k_1", "k|2"],
-        "Op Name": ["", ""],  # empty in every row: dropped
-        "Total GPU Time (ns)": [1234567, 5],
-        "TC Utilization (%)": [1.25, np.nan],
-        "Avg. GPU Time (ns)": [1.5, 2.5],  # averages, min/max and kernel-name lists stay in the CSV
-        "Min GPU Time (ns)": [1, 2],
-        "Uses TC": [True, False],
-        "Long Kernel Name": ["x", "y"],
-        "TC Kernel Names": ["x", "y"],
+    fields = (Field("kernel_name", "Kernel Name"), Field("op_name", "Op Name"),
+              Field("gpu_time_total_ns", "Total GPU Time (ns)", NS),
+              Field("tc_utilization_pct", "TC Utilization (%)", PERCENT, digits=1),
+              Field("gpu_time_avg_ns", "Avg. GPU Time (ns)", NS, digits=1),
+              Field("gpu_time_min_ns", "Min GPU Time (ns)"),
+              Field("uses_tc", "Uses TC"), Field("long_kernel_name", "Long Kernel Name"),
+              Field("tc_kernel_names", "TC Kernel Names"))
+    frame = pd.DataFrame({
+        "kernel_name": ["k_1", "k|2"],
+        "op_name": ["", ""],  # empty in every row: dropped
+        "gpu_time_total_ns": [1234567, 5],
+        "tc_utilization_pct": [1.25, np.nan],
+        "gpu_time_avg_ns": [1.5, 2.5],  # averages, min/max and kernel-name lists stay in the CSV
+        "gpu_time_min_ns": [1, 2],
+        "uses_tc": [True, False],
+        "long_kernel_name": ["x", "y"],
+        "tc_kernel_names": ["x", "y"],
     })
-    assert md_table(table, note="top rows").splitlines() == [
-        "_top rows_",
+    many = pd.concat([frame] * (TEXT_ROWS // 2 + 1), ignore_index=True)
+    lines = table_markdown(Table("kernels", "Kernel Report", fields, many)).splitlines()
+    assert lines[:6] == [
+        f"_first {TEXT_ROWS} of {len(many):,} rows; the full table is in the CSV/JSON report_",
         "",
         "| Kernel Name | Total GPU Time (ns) | TC Utilization (%) | Uses TC |",
         "|---|---:|---:|---|",
         r"| k\_1 | 1,234,567 | 1.2 | yes |",
         r"| k\|2 | 5 |  | no |",
     ]
+    assert len(lines) == 4 + TEXT_ROWS
 
 
-def _ctx(op_types: list[str], iterations: list[int], gpu_ns: list[int], start: int, stop: int) -> SimpleNamespace:
-    """Op calls (one per item: its op's type, iteration, GPU time) as dlagg.ops gives them."""
-    names = sorted(set(op_types))
-    ops = pd.DataFrame({"op_type": np.asarray(names, dtype=object)}, index=pd.RangeIndex(len(names), name="key"))
-    instances = pd.DataFrame({"key": [names.index(t) for t in op_types], "iteration": iterations, "gpu": gpu_ns})
-    windows = np.arange(0, 50, 10, dtype=np.int64)
-    its = Iterations("k", "test", windows, windows + 10, start, stop)
-    return SimpleNamespace(ops=SimpleNamespace(instances=instances, ops=ops), iterations=its)
+def _summary(op_types: list[str], iterations: list[int], gpu_ns: list[int], start: int, stop: int) -> Report:
+    """A summary report holding only what the op-type series read: per iteration (0..4) whether it is
+    aggregated, and GPU time per (iteration, op type) of op calls (one per item)."""
+    its = pd.DataFrame({f.key: np.zeros(5, dtype=np.int64) for f in ITERATION_FIELDS})
+    its["iteration"] = np.arange(5)
+    its["aggregated"] = (its["iteration"] >= start) & (its["iteration"] <= stop)
+    calls = pd.DataFrame({"iteration": iterations, "op_type": op_types, "gpu_time_ns": gpu_ns})
+    per = calls[calls["iteration"] >= 0].groupby(["iteration", "op_type"])["gpu_time_ns"].sum().reset_index()
+    return Report("summary", "summary", (Table("iterations", "Iterations", ITERATION_FIELDS, its, csv=False),
+                                         Table("op_type_iterations", "Op types", OP_TYPE_ITERATION_FIELDS, per,
+                                               csv=False)))
 
 
 def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkeypatch) -> None:
     monkeypatch.setattr("dlagg.writers.tensorboard_writer.TOP_OP_TYPES", 2)
-    ctx = _ctx(["conv", "conv", "gemm", "relu", "relu", "conv", "relu"],
-               [1, 1, 1, 2, 0, 2, -1],
-               [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
-    frame = op_type_scalars(ctx)
+    summary = _summary(["conv", "conv", "gemm", "relu", "relu", "conv", "relu"],
+                       [1, 1, 1, 2, 0, 2, -1],
+                       [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
+    frame = op_type_scalars(summary)
     # In iterations 1..2: conv 4 ms, gemm 2.5 ms, relu 0.5 ms (relu's 9 ms in iteration 0 and outside don't count).
     assert list(frame.columns) == ["op_type_gpu_ms/conv", "op_type_gpu_ms/gemm"]
     assert frame.loc[1].tolist() == [3.0, 2.5]
@@ -355,7 +379,4 @@ def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkey
 
 
 def test_no_ops_no_op_type_series() -> None:
-    assert op_type_scalars(_ctx(["conv"], [-1], [5], 0, 1)).empty
-    empty = SimpleNamespace(ops=SimpleNamespace(instances=pd.DataFrame({"key": [], "iteration": [], "gpu": []}),
-                                                ops=pd.DataFrame({"op_type": []})), iterations=None)
-    assert op_type_scalars(empty).empty
+    assert op_type_scalars(_summary(["conv"], [-1], [5], 0, 1)).empty

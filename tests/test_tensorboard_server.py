@@ -1,4 +1,5 @@
-"""The real TensorBoard serves dlagg's event files: scalars, text dashboards and the custom-scalars layout.
+"""The real TensorBoard serves dlagg's event files: scalars, text dashboards, the custom-scalars layout and the
+roofline images.
 
 Starts ``python -m tensorboard.main`` on 127.0.0.1 with a free port, asks its HTTP API (what the
 browser asks), and always stops it (its whole process group: TensorBoard may start a data server).
@@ -26,7 +27,7 @@ from dlagg.options import Options
 from dlagg.pipeline import run
 from dlagg.writers.tensorboard_writer import TOP_OP_TYPES
 
-from .conftest import recording
+from .conftest import ncu_csv, recording
 
 START, STOP = 3, 12
 # TensorBoard imports and loads the folder in a few seconds; a slow CI machine gets a margin.
@@ -41,10 +42,13 @@ def free_port() -> int:
 
 
 def get(base: str, path: str, **params: str) -> object:
+    return json.loads(get_bytes(base, path, **params).decode())
+
+
+def get_bytes(base: str, path: str, **params: str) -> bytes:
     url = f"{base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
     with urllib.request.urlopen(url, timeout=10) as response:
-        body = response.read().decode()
-    return json.loads(body)
+        return response.read()
 
 
 @contextmanager
@@ -86,16 +90,22 @@ def tensorboard(logdir: Path, log: Path, expected_runs: set[str]) -> Iterator[st
 def served(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     out = tmp_path_factory.mktemp("served")
     run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("json",), output_path=out,
-                iter_start=START, iter_stop=STOP, verbosity="quiet"))
+                iter_start=START, iter_stop=STOP, verbosity="quiet", ncu_report=ncu_csv("resnet_amp")))
     runs = {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
     with tensorboard(out / "event_files", out / "tensorboard.log", runs) as base:
         yield base, out
 
 
-def report(out: Path, name: str, title: str) -> list[list[object]]:
+def table(out: Path, name: str, key: str) -> dict:
     doc = json.loads((out / f"dlagg_{name}.json").read_text())
-    (section,) = [s for s in doc["sections"] if s["title"] == title]
-    return section["rows"]
+    (found,) = [t for t in doc["tables"] if t["key"] == key]
+    return found
+
+
+def column(out: Path, name: str, key: str, field: str) -> list[object]:
+    found = table(out, name, key)
+    at = [f["key"] for f in found["fields"]].index(field)
+    return [row[at] for row in found["rows"]]
 
 
 def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
@@ -103,12 +113,12 @@ def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
     assert set(get(base, "/data/runs")) == {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
     series = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/time_ms")
     assert [step for _, step, _ in series] == list(range(START, STOP + 1))
-    summary = dict(report(out, "summary", "Summary Report"))
-    assert sum(v for _, _, v in series) * 1e6 == pytest.approx(summary["Wall Clock Time (ns)"], rel=1e-6)
+    (wall,) = column(out, "summary", "summary", "wall_clock_ns")
+    assert sum(v for _, _, v in series) * 1e6 == pytest.approx(wall, rel=1e-6)
     before = get(base, "/data/plugin/scalars/scalars", run="dlagg/before_iter_start", tag="iteration/kernel_count")
     assert [step for _, step, _ in before] == list(range(START))
     counts = get(base, "/data/plugin/scalars/scalars", run="dlagg", tag="iteration/kernel_count")
-    launches = [row[0] for row in report(out, "iteration", "Iteration Report")]  # column 0: Iteration
+    launches = column(out, "iteration", "launches", "iteration")
     assert [int(v) for _, _, v in counts] == [launches.count(i) for i in range(START, STOP + 1)]
     tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
     assert "Wall-clock time of the iteration" in tags["iteration/time_ms"]["description"]
@@ -119,11 +129,11 @@ def test_text_dashboards_over_http(served: tuple[str, Path]) -> None:
     tags = get(base, "/data/plugin/text/tags")["dlagg"]
     assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report"} <= set(tags)
     (summary,) = get(base, "/data/plugin/text/text", run="dlagg", tag="summary/Summary Report")
-    wall = dict(report(out, "summary", "Summary Report"))["Wall Clock Time (ns)"]
+    (wall,) = column(out, "summary", "summary", "wall_clock_ns")
     assert "<table>" in summary["text"] and "<td>Wall Clock Time (ns)</td>" in summary["text"]
     assert f"{wall:,}" in summary["text"]
     (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report")
-    first = report(out, "kernel", "Kernel Report")[0][0]
+    first = column(out, "kernel", "kernels", "kernel_name")[0]
     assert "_" in first and f"<td>{first}</td>" in kernels["text"]  # underscores shown, not turned into emphasis
     (meta,) = get(base, "/data/plugin/text/text", run="dlagg", tag="run/metadata")
     assert "<td>resnet_amp.sqlite</td>" in meta["text"] and f"<td>{START} to {STOP}</td>" in meta["text"]
@@ -143,3 +153,13 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=ops_chart["multiline"]["tag"][0])
     assert len(data["tag_to_events"]) == TOP_OP_TYPES
     assert all(tag.startswith("op_type_gpu_ms/") for tag in data["tag_to_events"])
+
+
+def test_roofline_images_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    tags = get(base, "/data/plugin/images/tags")["dlagg"]
+    assert {"roofline/kernels", "roofline/op_types"} <= set(tags)
+    for tag, file in (("roofline/kernels", "dlagg_roofline.png"), ("roofline/op_types", "dlagg_roofline_op_type.png")):
+        (image,) = get(base, "/data/plugin/images/images", run="dlagg", tag=tag, sample="0")
+        assert image["step"] == 0
+        assert get_bytes(base, "/data/plugin/images/individualImage?" + image["query"]) == (out / file).read_bytes()

@@ -11,8 +11,8 @@ import pytest
 
 from dlagg.options import Options
 from dlagg.pipeline import run
-from dlagg.reports.base import Section
-from dlagg.writers.csv_writer import format_section
+from dlagg.reports.figures import NS, PERCENT, Field, Table, key_values
+from dlagg.writers.csv_writer import format_table
 
 from .conftest import recording
 
@@ -25,27 +25,37 @@ def outputs(tmp_path_factory) -> Path:
     return out
 
 
-def test_csv_section_layout() -> None:
-    table = pd.DataFrame({
-        "Kernel Name": ['k"1', "k,2"],
-        "Total GPU Time (ns)": [10, 20],
-        "Avg GPU Time (ns)": [3.333, 20.0],
-        "Uses TC": ["yes", "no"],
-        "API Call Start (ns)": pd.array([5, None], dtype="Int64"),
+def test_csv_table_layout_formats_figures() -> None:
+    fields = (Field("kernel_name", "Kernel Name"), Field("gpu_time_total_ns", "Total GPU Time (ns)", NS),
+              Field("gpu_time_avg_ns", "Avg GPU Time (ns)", NS, digits=1), Field("uses_tc", "Uses TC"),
+              Field("api_start_ns", "API Call Start (ns)", NS), Field("hidden", "Not In CSV", csv=False))
+    frame = pd.DataFrame({
+        "kernel_name": ['k"1', "k,2"],
+        "gpu_time_total_ns": [10, 20],
+        "gpu_time_avg_ns": [3.333, 0.25],  # shown with one decimal, correctly rounded (0.25 -> 0.2)
+        "uses_tc": [True, False],
+        "api_start_ns": pd.array([5, None], dtype="Int64"),
+        "hidden": [1, 2],
     })
-    text = format_section(Section("Kernel Report", table))
+    text = format_table(Table("kernels", "Kernel Report", fields, frame))
     assert text.splitlines() == [
         "Kernel Report",
         "Kernel Name,Total GPU Time (ns),Avg GPU Time (ns),Uses TC,API Call Start (ns)",
         '"k""1",10,3.3,"yes",5',
-        '"k,2",20,20.0,"no",',
+        '"k,2",20,0.2,"no",',
     ]
 
 
-def test_key_value_section_has_no_header() -> None:
-    table = pd.DataFrame({"Name": ["GPU Count", "GPU Utilization %"], "Value": pd.Series([2, 41.26], dtype=object)})
-    assert format_section(Section("Summary Report", table, header=False)).splitlines() == [
-        "Summary Report", '"GPU Count",2', '"GPU Utilization %",41.3']
+def test_key_value_table_has_no_header() -> None:
+    table = key_values("summary", "Summary Report", [(Field("gpu_count", "GPU Count"), 2),
+                                                     (Field("gpu_pct", "GPU Utilization %", PERCENT, digits=1), 41.26)])
+    assert format_table(table).splitlines() == ["Summary Report", '"GPU Count",2', '"GPU Utilization %",41.3']
+    assert table.values == {"gpu_count": 2, "gpu_pct": 41.26}
+
+
+def test_table_refuses_a_frame_that_does_not_match_its_fields() -> None:
+    with pytest.raises(ValueError, match="differ from fields"):
+        Table("t", "T", (Field("a", "A"),), pd.DataFrame({"b": [1]}))
 
 
 def test_csv_parses_back_to_the_report(outputs: Path) -> None:
@@ -60,27 +70,35 @@ def test_csv_parses_back_to_the_report(outputs: Path) -> None:
 @pytest.mark.parametrize("report", ["summary", "kernel", "iteration"])
 def test_json_is_self_describing_and_matches_csv(outputs: Path, report: str) -> None:
     doc = json.loads((outputs / f"dlagg_{report}.json").read_text())
-    assert doc["format"] == "dlagg-report" and doc["report"] == report
+    assert doc["format"] == "dlagg-report" and doc["format_version"] == 2 and doc["report"] == report
     assert doc["source"] == "cuda_basic.sqlite" and doc["key_node"] == "train_step"
     assert doc["iterations"]["total"] == 10 and doc["iterations"]["start"] == 0 and doc["iterations"]["stop"] == 9
     csv_sections = (outputs / f"dlagg_{report}.csv").read_text().split("\n\n")
-    assert len(doc["sections"]) == len(csv_sections)
-    for section, text in zip(doc["sections"], csv_sections, strict=True):
+    tables = [t for t in doc["tables"] if t["csv"]]
+    assert len(tables) == len(csv_sections)
+    for table, text in zip(tables, csv_sections, strict=True):
         lines = text.strip("\n").splitlines()
-        assert lines[0] == section["title"]
-        body = lines[1:] if section["key_value"] else lines[2:]
-        assert len(body) == len(section["rows"])
-        if not section["key_value"]:
-            names = [c["name"] for c in section["columns"]]
-            assert next(csv.reader([lines[1]])) == names
-            for column in section["columns"]:
-                if column["name"].endswith("(ns)"):
-                    assert column["unit"] == "ns"
-        for got, want in zip(csv.reader(body), section["rows"], strict=True):
+        assert lines[0] == table["title"]
+        shown = [k for k, f in enumerate(table["fields"]) if f["csv"]]
+        rows = [[row[k] for k in shown] for row in table["rows"]]
+        fields = [table["fields"][k] for k in shown]
+        if table["key_value"]:
+            body = [[f["title"], value] for f, value in zip(fields, rows[0], strict=True)]
+            got_rows = list(csv.reader(lines[1:]))
+        else:
+            assert next(csv.reader([lines[1]])) == [f["title"] for f in fields]
+            body = rows
+            got_rows = list(csv.reader(lines[2:]))
+        for field in fields:
+            assert field["unit"] == ("ns" if field["title"].endswith("(ns)") else field["unit"])
+        assert len(got_rows) == len(body)
+        for got, want in zip(got_rows, body, strict=True):
             assert len(got) == len(want)
             for cell, value in zip(got, want, strict=True):
                 if value is None:
                     assert cell == ""
+                elif isinstance(value, bool):
+                    assert cell == ("yes" if value else "no")
                 elif isinstance(value, str):
                     assert cell == value
                 else:

@@ -1,10 +1,10 @@
-"""Derived figures the detectors share, computed once per run from a `ReportContext`.
+"""Derived figures the detectors share, computed once per rank from a `RankContext`.
 
 Everything here is vectorised over events; loops run over GPUs only. Per-iteration figures cover
 the aggregated iterations (``--iter_start``..``--iter_stop``) and "typical" means the median over
 them, so a warm-up step does not decide a finding about the steady state.
 
-``gpu_ops`` is the device timeline the launch, sync and precision detectors reason about: every
+``gpu_rows`` is the device timeline the launch, sync and precision detectors reason about: every
 kernel, memcpy and memset sorted by start on its device, with
 
     dur             GPU duration (ns)
@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..model import rows_where
 from ..ops.assign import union_by_group
-from ..reports.base import rows_where
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
 from .base import quoted
 
 if TYPE_CHECKING:
-    from ..reports.base import ReportContext
+    from ..context import RankContext
 
 
 class Facts:
-    def __init__(self, ctx: ReportContext) -> None:
+    def __init__(self, ctx: RankContext) -> None:
         self.ctx = ctx
         self.profile = ctx.profile
         self.iterations = ctx.iterations
@@ -70,12 +70,12 @@ class Facts:
     @cached_property
     def gpu_work_per_iteration(self) -> np.ndarray:
         """Per aggregated iteration, the union length of the GPU work it launched (all devices)."""
-        ops = self.ctx.selected_work.sort_values(["iteration", "start"], kind="stable")
-        if ops.empty:
+        rows = self.ctx.selected_work.sort_values(["iteration", "start"], kind="stable")
+        if rows.empty:
             return np.zeros(len(self.aggregated))
-        iteration = ops["iteration"].to_numpy()
-        start = ops["start"].to_numpy()
-        reach = ops.groupby("iteration", sort=False)["end"].cummax().to_numpy()
+        iteration = rows["iteration"].to_numpy()
+        start = rows["start"].to_numpy()
+        reach = rows.groupby("iteration", sort=False)["end"].cummax().to_numpy()
         same = np.r_[False, iteration[1:] == iteration[:-1]]
         reach_before = np.r_[0, reach[:-1]]
         # Each op adds what it covers beyond everything earlier in its iteration.
@@ -95,15 +95,10 @@ class Facts:
         per = self.per_iteration(values, iteration)
         return float(np.median(per)) if len(per) else 0.0
 
-    def share_per_iteration(self, column: str) -> np.ndarray:
-        """A breakdown column as a share of each aggregated iteration's duration."""
-        bd = self.breakdown
-        return bd[column].to_numpy(dtype=np.float64) / np.maximum(bd["duration"].to_numpy(dtype=np.float64), 1.0)
-
     # ---- GPU timeline ----
 
     @cached_property
-    def gpu_ops(self) -> pd.DataFrame:
+    def gpu_rows(self) -> pd.DataFrame:
         work = self.ctx.work
         if work.empty:
             return work.assign(dur=np.empty(0, np.int64), gap_before=np.empty(0, np.int64),
@@ -131,38 +126,38 @@ class Facts:
         return work.assign(dur=end - start, gap_before=gap_before, host_wait=host_wait, next_queued=next_queued)
 
     @cached_property
-    def selected_ops(self) -> pd.DataFrame:
-        ops = self.gpu_ops
-        return rows_where(ops, self.iterations.in_selection(ops["iteration"].to_numpy())) if len(ops) else ops
+    def selected_rows(self) -> pd.DataFrame:
+        rows = self.gpu_rows
+        return rows_where(rows, self.iterations.in_selection(rows["iteration"].to_numpy())) if len(rows) else rows
 
     @cached_property
     def selected_kernels(self) -> pd.DataFrame:
-        ops = self.selected_ops
-        return ops[ops["kind"].to_numpy() == KERNEL]
+        rows = self.selected_rows
+        return rows[rows["kind"].to_numpy() == KERNEL]
 
-    def gpu_bound_ns(self, ops: pd.DataFrame) -> float:
-        """Typical per-iteration time of `ops` during which the device had more work queued.
+    def gpu_bound_ns(self, rows: pd.DataFrame) -> float:
+        """Typical per-iteration time of `rows` during which the device had more work queued.
 
         Making those ops faster shortens the step; the rest of their time the device would only
         wait longer for the host. Time, not a sum of durations: ops running at once (streams,
         devices) count once, so the figure never exceeds the iteration's GPU work.
         """
-        queued = ops["next_queued"].to_numpy()
-        iteration = ops["iteration"].to_numpy()[queued]
+        queued = rows["next_queued"].to_numpy()
+        iteration = rows["iteration"].to_numpy()[queued]
         first, count = self.iterations.start, len(self.aggregated)
         if count == 0:
             return 0.0
         group = np.where((iteration >= first) & (iteration < first + count), iteration - first, -1)
-        per = union_by_group(group, ops["start"].to_numpy()[queued], ops["end"].to_numpy()[queued], count)
+        per = union_by_group(group, rows["start"].to_numpy()[queued], rows["end"].to_numpy()[queued], count)
         return float(np.median(per))
 
     @cached_property
     def host_wait_gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """GPU idle gaps spent waiting for the host to issue the next op (merged starts, ends)."""
-        ops = self.gpu_ops
-        wait = ops["host_wait"].to_numpy()
-        start = ops["start"].to_numpy()[wait]
-        return intervals.merge(start - ops["gap_before"].to_numpy()[wait], start)
+        rows = self.gpu_rows
+        wait = rows["host_wait"].to_numpy()
+        start = rows["start"].to_numpy()[wait]
+        return intervals.merge(start - rows["gap_before"].to_numpy()[wait], start)
 
     # ---- names ----
 
@@ -198,15 +193,22 @@ class Facts:
         more = len(time) - limit
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else ""), time
 
-    def ops_of(self, ops: pd.DataFrame, limit: int = 5) -> str:
-        """Ops that launched `ops` (rows of `gpu_ops`), most GPU time first; empty without op ranges."""
-        if not len(ops) or self.ctx.ops.empty:
+    def ops_of(self, rows: pd.DataFrame, limit: int = 5) -> str:
+        """Ops that launched `rows` (rows of `gpu_rows`) as 'Op ID direction', most GPU time first; empty
+        without op ranges. Durations are summed per (op, direction) code pair; only the pairs get a text."""
+        if not len(rows) or self.ctx.ops.empty:
             return ""
-        rows = self.ctx.op_columns(ops.index, ("Op ID", "Direction"))
-        names = np.char.strip((np.asarray(rows["Op ID"], dtype=str).astype(object) + " "
-                               + np.asarray(rows["Direction"], dtype=str).astype(object)).astype(str)).astype(object)
-        known = names != ""
-        if not known.any():
+        columns = self.ctx.op_columns(rows.index, ("op_id", "direction"))
+        op_id, direction = columns["op_id"], columns["direction"]
+        pair = np.asarray(op_id.codes, dtype=np.int64) * (len(direction.categories) + 1) + np.asarray(direction.codes)
+        codes, inverse = np.unique(pair, return_inverse=True)
+        time = np.bincount(np.ravel(inverse), weights=rows["dur"].to_numpy(dtype=np.float64), minlength=len(codes))
+        per_op = len(direction.categories) + 1
+        names = [f"{op_id.categories[c // per_op]} {direction.categories[c % per_op]}".strip()
+                 for c in codes]  # distinct (op, direction) pairs
+        per = pd.Series(time, index=pd.Index(names, dtype=object))
+        per = per[per.index != ""]
+        if per.empty:
             return ""
-        time = pd.Series(ops["dur"].to_numpy()[known]).groupby(names[known]).sum().sort_values(ascending=False)
-        return quoted(time.index.tolist(), limit=limit)
+        per = per.groupby(level=0).sum().sort_values(ascending=False)
+        return quoted(per.index.tolist(), limit=limit)

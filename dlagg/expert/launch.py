@@ -42,18 +42,18 @@ SYNC_MIN_SHARE = 0.02
 @detector("launch_bound")
 def launch_bound(facts: Facts) -> list[Finding]:
     """Many short kernels with the GPU waiting between them for the host to issue the next one."""
-    ops = facts.selected_ops
+    rows = facts.selected_rows
     kernels = facts.selected_kernels
     require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
-    require(bool((ops["api_start"].to_numpy() >= 0).any()), "CUDA API calls that launched the GPU work")
-    iteration = ops["iteration"].to_numpy()
-    per_iteration_ops = facts.typical(np.ones(len(ops)), iteration)
-    short_wait = ops["host_wait"].to_numpy() & (ops["gap_before"].to_numpy() < LAUNCH_GAP_MAX_NS)
-    waited = np.where(short_wait, ops["gap_before"].to_numpy(), 0)
+    require(bool((rows["api_start"].to_numpy() >= 0).any()), "CUDA API calls that launched the GPU work")
+    iteration = rows["iteration"].to_numpy()
+    per_iteration_rows = facts.typical(np.ones(len(rows)), iteration)
+    short_wait = rows["host_wait"].to_numpy() & (rows["gap_before"].to_numpy() < LAUNCH_GAP_MAX_NS)
+    waited = np.where(short_wait, rows["gap_before"].to_numpy(), 0)
     stake = facts.typical(waited, iteration)
     typical = facts.typical_iteration_ns
     kernel_median = float(np.median(kernels["dur"].to_numpy()))
-    if (per_iteration_ops < LAUNCH_MIN_OPS or stake < LAUNCH_BOUND_MIN_SHARE * typical
+    if (per_iteration_rows < LAUNCH_MIN_OPS or stake < LAUNCH_BOUND_MIN_SHARE * typical
             or kernel_median >= LAUNCH_SHORT_KERNEL_NS):
         return []
     has_api = kernels["api_start"].to_numpy() >= 0
@@ -73,7 +73,7 @@ def launch_bound(facts: Facts) -> list[Finding]:
                         "(torch.compile, fused optimizers: foreach=True / fused=True), and give each launch more "
                         "work with a larger batch. Remove debugging hooks (autograd anomaly detection, "
                         "emit_nvtx) when not profiling."),
-        evidence=(f"per typical iteration: {per_iteration_ops:.0f} GPU operations, {ms(stake)} of GPU idle time in "
+        evidence=(f"per typical iteration: {per_iteration_rows:.0f} GPU operations, {ms(stake)} of GPU idle time in "
                   f"gaps shorter than {ms(LAUNCH_GAP_MAX_NS)} before an op whose launch call had not returned yet; "
                   f"median kernel {ms(kernel_median)}, median launch call {ms(api_median)} (iteration report: "
                   "GPU Duration, API Call Time)"),

@@ -121,7 +121,7 @@ def amp(facts: Facts) -> list[Finding]:
     if cc < TC_MIN_CC:
         return []
     ids = np.unique(kernels["name_id"].to_numpy())
-    uses_tc = facts.ctx.kernel_uses_tc.reindex(ids).fillna(False).to_numpy(dtype=bool)
+    uses_tc = facts.ctx.uses_tc(ids)
     math, helper, tf32 = _classes(facts.profile.strings.decode(pd.Series(ids)))
     name_id = kernels["name_id"].to_numpy()
     eligible = kernels[np.isin(name_id, ids[math | uses_tc])]

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 from ..classify import DATALOADER_RANGE
-from ..reports.summary import DURATION_LABELS
+from ..comm.collectives import comm_kernel_mask
+from ..timeline.breakdown import CLASS_LABELS
 from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
 from .facts import Facts
 
@@ -59,7 +60,7 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
     wall = float(duration.sum())
     low = facts.aggregated[gpu / np.maximum(duration, 1.0) < UNDERUTILIZED_MAX_BUSY]
     parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in sorted(typical, key=typical.get, reverse=True))
-    summary = ", ".join(f"{DURATION_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
+    summary = ", ".join(f"{CLASS_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
     return [Finding(
         detector="underutilized_gpu",
         problem=(f"The GPU is underutilized: only {busy_share:.1%} of a typical iteration has GPU work (kernels or "
@@ -127,6 +128,11 @@ def dominant_kernels(facts: Facts) -> list[Finding]:
     """A few kernels take most of the GPU time: say which, with their share."""
     kernels = facts.selected_kernels
     require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
+    # Communication kernels spend their time moving data and waiting for other ranks: the
+    # communication finding speaks for them (Tensor Cores or cuDNN settings do nothing for NCCL).
+    kernels = kernels[~comm_kernel_mask(facts.ctx, kernels)]
+    if kernels.empty:
+        return []
     text, time = facts.top_kernels(kernels, limit=DOMINANT_TOP)
     total = float(time.sum())
     top_ids = time.index[:DOMINANT_TOP]

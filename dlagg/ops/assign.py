@@ -12,19 +12,28 @@ Contract: ``find_ops(profile, iterations, work, uses_tc, domains) -> Ops`` where
   thread), ``cpu_overhead`` (``cpu - api``), plus ``kernels``, ``tc_kernels``, ``kernel_time``,
   ``tc_kernel_time``;
 - ``ops``: one row per op (index = key): ``op_id``, ``op_name``, ``direction``, ``op_type``,
-  ``tc_eligible``, ``first_start``;
+  ``tc_eligible``, ``first_start``, ``forward_key`` (the key of the forward op a backward op is
+  linked to, -1), and the op's name across files: ``op_key`` (text: group path, direction, domain
+  and marker name, occurrence; a linked backward op's starts with its forward op's), ``forward_op_key``
+  ('' when not linked) and ``order`` (rank by first appearance), from which ``op_ids`` numbers them;
 - ``work_instance``: for each row of ``work`` (positionally), the instance that launched it, or -1.
 
 Which ranges are ops (heads). Every range nests in a per-thread tree (``tree.Forest``); the key
 node, ranges enclosing it, ranges ending on another thread and ranges of domains not selected
 with ``--domains`` define nothing. Then:
 
-- a DLProf/PyProf ``traceMarker`` range is an op (nested ones too: innermost wins, like DLProf);
-  its ``{'mod','op','args'}`` child gives op type, data types and shapes;
-- an ``emit_nvtx`` range, library-domain range or lone ``{'mod','op'}`` marker is an op when no
-  framework range encloses it: ``aten::conv2d`` is the op, the ``aten::convolution`` ->
+- a DLProf/PyProf ``{'mod','op','args'}`` range is an op when no other such range encloses it
+  (DLProf's rule: ``torch.relu`` inside ``F.relu``, ``has_torch_function_variadic`` inside
+  ``F.linear`` are not ops, their work is the outer op's). The ``{'traceMarker': ...}`` range
+  around it (its parent) gives the op's name (the function stack) and stack trace, and defines
+  nothing itself; a traceMarker with no ``{'mod','op'}`` child is an op like one;
+- an ``emit_nvtx`` range or library-domain range is an op when no framework range (those two, or
+  a dict-marker op) encloses it: ``aten::conv2d`` is the op, the ``aten::convolution`` ->
   ``aten::cudnn_convolution`` chain below it is its implementation (splitting it would give four
-  rows per layer, three without GPU work, and move autocast's casts out of the layer);
+  rows per layer, three without GPU work, and move autocast's casts out of the layer). In a
+  profile with dict markers, an emit_nvtx range without an autograd ``seq`` that encloses one
+  with a ``seq`` defines nothing (PyProf names such work by the ``seq`` markers:
+  ``torch::autograd::AccumulateGrad`` > ``add_, seq = 0`` is the op ``add_``);
 - a plain user range is an op when it encloses no other range (``data`` in a loop without
   ``emit_nvtx``); user ranges that enclose ops are group nodes (``/forward/``).
 
@@ -43,6 +52,7 @@ forward op instead: (forward op, backward node name, occurrence), and shares its
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,10 +60,10 @@ import pandas as pd
 
 from ..classify import op_tc_eligible
 from ..errors import OptionsError
-from ..model import Iterations, Profile, categorical
+from ..model import Iterations, Profile, categorical, factorize_ids
 from ..reader.schema import PID_MASK
 from ..timeline.correlate import KERNEL
-from ..timeline.iterations import glob_regex
+from ..timeline.iterations import key_name_ids
 from . import markers as mk
 from .tree import Forest, index_dtype
 
@@ -113,7 +123,10 @@ def _domain_filter(profile: Profile, domains: tuple[str, ...]) -> np.ndarray | N
 
 
 def _op_id_stem(op_type: str) -> str:
-    return re.sub(r"[^A-Z0-9]+", "_", op_type.upper()).strip("_") or "OP"
+    """``conv2d`` -> ``CONV2D``; a dict marker's in-place ``uniform_`` keeps its underscore (DLProf's
+    ``UNIFORM__1``)."""
+    stem = re.sub(r"[^A-Z0-9]+", "_", op_type.upper()).strip("_")
+    return stem + "_" * (len(op_type) - len(op_type.rstrip("_"))) if stem else "OP"
 
 
 def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
@@ -122,11 +135,13 @@ def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
                               else pd.Series(dtype=bool if c == "emit" else np.int64) for c in INSTANCE_COLUMNS})
     ops = pd.DataFrame({"op_id": pd.Series(dtype=object), "op_name": pd.Series(dtype=object),
                         "direction": pd.Series(dtype=object), "op_type": pd.Series(dtype=object),
-                        "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64)})
+                        "tc_eligible": pd.Series(dtype=bool), "first_start": pd.Series(dtype=np.int64),
+                        "forward_key": pd.Series(dtype=np.int64), "op_key": pd.Series(dtype=object),
+                        "forward_op_key": pd.Series(dtype=object), "order": pd.Series(dtype=np.int64)})
     return Ops(instances, ops, np.full(work_rows, -1, dtype=np.int64), warnings)
 
 
-def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series,
+def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: Callable[[np.ndarray], np.ndarray],
              domains: tuple[str, ...] = ()) -> Ops:
     allowed = _domain_filter(profile, domains)
     rng = profile.nvtx
@@ -142,14 +157,16 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
     if not keep.any():
         return empty_ops(len(work), tuple(warnings))
-    parsed = mk.parse_markers(profile.strings, profile.nvtx_names)
+    seq_ids = factorize_ids(rng["text_id"].to_numpy()[rng["seq"].to_numpy() >= 0])[0]
+    parsed = mk.parse_markers(profile.strings, profile.nvtx_names, seq_ids)
     found = _instances(profile, iterations, work, parsed, keep)
     if found is None:
         return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
     h, paths, linked, work_instance, api_instance = found
     names = parsed.names
     op_names = _op_names(h, names, profile)
-    keys, ops = _group(h, linked, op_names, names)
+    texts = profile.strings.decode(parsed.ids).to_numpy(dtype=object)  # each distinct marker name's text
+    keys, ops = _group(h, linked, op_names, names, texts, paths, profile.meta.domains)
     h["key"] = keys
     path_text = _path_texts(h, paths, op_names)
     instances = _measure(h, names, path_text, work, work_instance, uses_tc, profile.runtime, api_instance)
@@ -176,6 +193,9 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
     domain = rng["domain_id"].to_numpy()[rows_of]
     # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
     kind[_among(kind, mk.USER, mk.FORWARD) & (domain != 0)] = mk.LIBRARY
+    seq = rng["seq"].to_numpy()[rows_of]
+    if parsed.dict_markers:
+        kind[_seq_less_wrappers(forest, kind, seq)] = mk.PASS
 
     # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
     if iterations.found:
@@ -212,13 +232,11 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
         "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
     }, copy=False)
     del domain, path_code
-    h["detail"] = _trace_details(h, kind, forest.parent, name)
+    h["name"], h["detail"] = _dict_names(h, kind, forest.parent, name)
     del name
-    h["direction"] = _direction_codes(names)[h["name"].to_numpy()]
+    h["direction"] = _direction_codes(names)[h["detail"].to_numpy()]
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
-
-    seq = rng["seq"].to_numpy()[rows_of]
     del rows_of
     linked = _link_backward(forest, kind, seq, instance_at, h)
     del seq, kind
@@ -251,8 +269,7 @@ def _direction_codes(names: pd.DataFrame) -> np.ndarray:
 def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, parsed: mk.Parsed,
                 name: np.ndarray) -> np.ndarray:
     """Mask of the key node's ranges (on every thread: each rank has its own) and of every range enclosing one."""
-    key = iterations.key_node
-    ids = profile.strings.ids_matching(glob_regex(key)) if "*" in key else profile.strings.ids_equal(key)
+    ids = key_name_ids(profile, iterations.key_node)
     is_key = np.zeros(len(parsed.ids) + 1, dtype=bool)  # last slot: ranges without a name
     codes = parsed.codes(ids)
     is_key[codes[codes >= 0]] = True
@@ -263,21 +280,42 @@ def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, parsed
     return above
 
 
+def _seq_less_wrappers(forest: Forest, kind: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Mask of emit_nvtx ranges without an autograd seq that enclose one with a seq.
+
+    PyProf names a kernel by the ``seq`` markers around it before any other (``add_, seq = 0``
+    inside ``torch::autograd::AccumulateGrad``; a backward node inside autograd's
+    ``evaluate_function`` range), so in a dict-marker profile those wrappers define nothing.
+    """
+    emit = _among(kind, mk.FORWARD, mk.BACKWARD)
+    below = np.zeros(len(forest), dtype=bool)  # some emit range with a seq strictly below
+    reach = emit & (seq >= 0)
+    for level in reversed(forest.levels[1:]):  # bottom-up, nesting levels, not events
+        parent = forest.parent[level]
+        marked = (reach[level] | below[level]) & (parent >= 0)
+        below[parent[marked]] = True
+    return emit & (seq < 0) & below
+
+
 def _heads(forest: Forest, kind: np.ndarray) -> np.ndarray:
     """Mask of the ranges that are ops (the rules of the module docstring)."""
     parent = forest.parent
+    # dict-marker ops: {'mod','op'} ranges, and traceMarkers without a {'mod','op'} child
+    has_modop_child = np.zeros(len(forest) + 1, dtype=bool)  # last slot: "no parent" (-1)
+    has_modop_child[parent[kind == mk.MODOP]] = True
+    dict_op = (kind == mk.MODOP) | ((kind == mk.TRACE) & ~has_modop_child[:-1])
+    emit_or_library = _among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY)
     # which kinds a range or one of its ancestors has, as bits, pushed down the nesting levels once
-    framework, trace = 1, 2
-    bits = (_among(kind, *mk.FRAMEWORK, mk.LIBRARY) * framework | (kind == mk.TRACE) * trace).astype(np.int8)
+    framework, dict_bit = 1, 2
+    bits = ((emit_or_library | dict_op) * framework | dict_op * dict_bit).astype(np.int8)
     above = np.append(forest.propagate_or(bits), 0)[parent]  # strictly above: the parent's (0 for no parent)
     framework_above = (above & framework) != 0
-    trace_above = (above & trace) != 0
-    has_child = np.zeros(len(forest) + 1, dtype=bool)  # last slot: "no parent" (-1)
+    dict_above = (above & dict_bit) != 0
+    has_child = np.zeros(len(forest) + 1, dtype=bool)
     has_child[parent[kind != mk.IGNORE]] = True
     has_child = has_child[:-1]
-    return ((kind == mk.TRACE)
-            | ((kind == mk.MODOP) & ~trace_above)
-            | (_among(kind, mk.FORWARD, mk.BACKWARD, mk.LIBRARY) & ~framework_above)
+    return ((dict_op & ~dict_above)
+            | (emit_or_library & ~framework_above)
             | ((kind == mk.USER) & ~has_child & ~framework_above))
 
 
@@ -349,12 +387,18 @@ class OpNames:
 
     code: np.ndarray  # per instance
     texts: np.ndarray  # object array
+    from_stack: np.ndarray  # per instance: the name is a DLProf function stack (/module/Net::forward/...)
 
 
 def _op_names(h: pd.DataFrame, names: pd.DataFrame, profile: Profile) -> OpNames:
-    """The marker's op name; library-domain ops are named like nsys does: ``domain:text``."""
+    """The marker's op name; library-domain ops are named like nsys does: ``domain:text``; a
+    {'mod','op'} op whose traceMarker has no function stack (PyProf's) by its own ``mod.op``."""
     texts = names["op_name"].to_numpy(dtype=object)
     code = h["name"].to_numpy().astype(np.int64)
+    stack_named = names["stack_named"].to_numpy(dtype=bool)
+    unnamed = (h["kind"] == mk.MODOP).to_numpy() & ~stack_named[code]
+    code[unnamed] = h["detail"].to_numpy()[unnamed]
+    from_stack = stack_named[code]
     lib = (h["kind"] == mk.LIBRARY).to_numpy()
     if lib.any():
         pairs = pd.DataFrame({"domain": h["domain"].to_numpy()[lib], "name": code[lib]})
@@ -362,32 +406,33 @@ def _op_names(h: pd.DataFrame, names: pd.DataFrame, profile: Profile) -> OpNames
         extra = [f"{profile.meta.domains.get(int(d), '')}:{texts[n]}" for d, n in distinct]  # distinct pairs
         code[lib] = len(texts) + np.ravel(inverse)
         texts = np.concatenate((texts, np.array(extra, dtype=object)))
-    return OpNames(code, texts)
+    return OpNames(code, texts, from_stack)
 
 
-def _trace_details(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray, name: np.ndarray) -> np.ndarray:
-    """Per instance, the name code that gives its op type, data types and shapes: its own, but a
-    traceMarker op takes them from its (first) {'mod','op'} child."""
-    detail = h["name"].to_numpy().copy()
-    is_trace = (h["kind"] == mk.TRACE).to_numpy()
-    if not is_trace.any():
-        return detail
-    child = np.flatnonzero((kind == mk.MODOP) & (parent >= 0))
-    child = child[kind[parent[child]] == mk.TRACE]
-    traces, first = np.unique(parent[child], return_index=True)  # children are in range order: first wins
-    at = np.searchsorted(h["row"].to_numpy(), traces)  # every traceMarker range is an op head
-    detail[at] = name[child[first]]
-    return detail
+def _dict_names(h: pd.DataFrame, kind: np.ndarray, parent: np.ndarray,
+                name: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, (name code, detail code): the name that names the op and gives its stack trace,
+    and the one that gives its op type, direction, data types and shapes. Both are the range's own
+    name, but a {'mod','op'} op is named by the traceMarker range around it (DLProf's funcStack)."""
+    label = h["name"].to_numpy().copy()
+    detail = label.copy()
+    modop = np.flatnonzero((h["kind"] == mk.MODOP).to_numpy())
+    if len(modop) == 0:
+        return label, detail
+    up = parent[h["row"].to_numpy()[modop]]
+    traced = (up >= 0) & (np.append(kind, mk.IGNORE)[up] == mk.TRACE)
+    label[modop[traced]] = name[up[traced]]
+    return label, detail
 
 
 def _path_texts(h: pd.DataFrame, paths: list[str], op_names: OpNames) -> tuple[np.ndarray, np.ndarray]:
     """(code per instance, texts) of the instances' group paths.
 
-    A DLProf function-stack op also sits below the directories of its stack: /<module>/net::forward/...
+    A DLProf function-stack op also sits below the directories of its stack: /module/net::forward/...
     """
     code = h["path"].to_numpy().astype(np.int64)
     texts = np.asarray(paths, dtype=object)
-    trace = np.flatnonzero((h["kind"] == mk.TRACE).to_numpy())
+    trace = np.flatnonzero(op_names.from_stack)
     if len(trace):
         pairs = np.stack((code[trace], op_names.code[trace]), axis=1)
         distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
@@ -429,8 +474,8 @@ def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_a
     return linked
 
 
-def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
-           names: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames, names: pd.DataFrame, texts: np.ndarray,
+           paths: list[str], domains: Mapping[int, str]) -> tuple[np.ndarray, pd.DataFrame]:
     """Op key of each instance and the op table (see the module docstring)."""
     n = len(h)
     name_key = h["name"].to_numpy() * 1_000_003 + h["domain"].to_numpy()  # distinct markers per domain
@@ -488,18 +533,41 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames,
     fk = ops["forward_key"].to_numpy()
     is_linked = fk >= 0
     ops.loc[is_linked, "op_type"] = ops["op_type"].reindex(fk[is_linked]).to_numpy()
-    # Op ID: upper-cased op type + ordinal in order of first appearance (DLProf's CONV2D_1, LINEAR_3).
-    own_ops = ops[~is_linked].sort_values("first_start", kind="stable")
-    stems = own_ops["op_type"].astype(str).map(_op_id_stem)
+    # The op's name across files: what it groups by, in text (the same op of every rank, or of two
+    # runs of one model, gets the same key), and its rank by first appearance.
+    marker = (pd.Series(h["domain"].to_numpy()[rep]).map(domains).fillna("").to_numpy(dtype=object) + ":"
+              + texts[h["name"].to_numpy()[rep]])
+    text = pd.Series(marker + "#" + occurrence[rep].astype(str).astype(object), index=first["key"].to_numpy())
+    own_rep = linked[rep] < 0
+    text[own_rep] = (np.asarray(paths, dtype=object)[h["path"].to_numpy()[rep[own_rep]]] + "|"
+                     + np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep[own_rep]]] + "|"
+                     + text[own_rep].to_numpy(dtype=object))
+    text = text.sort_index()
+    forward_text = text.reindex(np.maximum(fk, 0)).to_numpy(dtype=object)
+    ops["op_key"] = np.where(is_linked, forward_text + " > " + text.to_numpy(dtype=object), text.to_numpy(dtype=object))
+    ops["forward_op_key"] = np.where(is_linked, ops["op_key"].reindex(np.maximum(fk, 0)).to_numpy(dtype=object), "")
+    ops["order"] = ops["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
+    ops["op_id"] = op_ids(ops)
+    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key", "op_key",
+                      "forward_op_key", "order"]]
+
+
+def op_ids(ops: pd.DataFrame) -> np.ndarray:
+    """DLProf's Op IDs: upper-cased op type + ordinal in order of first appearance (CONV2D_1, LINEAR_3);
+    a backward op linked to a forward op shares its ID. `ops` has op_key, op_type, order and
+    forward_op_key ('' for an op that is not linked); the same function numbers one rank's ops and
+    the ops of several ranks combined."""
+    linked = ops["forward_op_key"].to_numpy(dtype=object) != ""
+    own = ops[~linked].sort_values(["order", "op_key"], kind="stable")
+    stems = own["op_type"].astype(str).map(_op_id_stem)
     ordinal = stems.groupby(stems.to_numpy(), sort=False).cumcount() + 1
-    ops["op_id"] = ""
-    ops.loc[own_ops.index, "op_id"] = (stems + "_" + ordinal.astype(str)).to_numpy()
-    ops.loc[is_linked, "op_id"] = ops["op_id"].reindex(fk[is_linked]).to_numpy()
-    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key"]]
+    ids = pd.Series((stems + "_" + ordinal.astype(str)).to_numpy(dtype=object), index=own["op_key"].to_numpy())
+    return np.where(linked, ids.reindex(ops["forward_op_key"].to_numpy()).fillna("").to_numpy(dtype=object),
+                    ids.reindex(ops["op_key"].to_numpy()).to_numpy(dtype=object))
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
-             work_instance: np.ndarray, uses_tc: pd.Series, api: pd.DataFrame,
+             work_instance: np.ndarray, uses_tc: Callable[[np.ndarray], np.ndarray], api: pd.DataFrame,
              api_instance: np.ndarray) -> pd.DataFrame:
     """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
@@ -514,7 +582,7 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
     span = np.where(last >= first, last - first, 0)
     is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
     tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
     duration = end - start
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()

@@ -1,23 +1,34 @@
 """NVTX range names -> op fields, decided once per distinct name.
 
-Contract: ``parse_markers(strings, nvtx_names) -> Parsed``: ``names`` has one row per distinct range
-name, ``codes(text_ids)`` maps the ranges' name ids to rows of it. Per name: ``kind``, ``op_name`` (what the
-reports show), ``op_type`` (normalised op), ``direction``, and for DLProf/PyProf dict markers
-``stack`` (file:line list), ``data_types`` and ``input_shapes``. The reader has already cut
-emit_nvtx's per-call details off every text and kept the autograd ``seq`` apart
-(``reader/nvtx.py``), so a large recording has a few hundred distinct names for 0.85 M ranges.
+Contract: ``parse_markers(strings, nvtx_names, seq_ids) -> Parsed``: ``names`` has one row per distinct
+range name, ``codes(text_ids)`` maps the ranges' name ids to rows of it. Per name: ``kind``, ``op_name``
+(what the reports show), ``op_type``, ``direction``, ``stack_named`` (the op name is a DLProf function
+stack), and for DLProf/PyProf dict markers ``stack`` (file:line list), ``data_types`` and
+``input_shapes``. ``Parsed.dict_markers`` says the profile holds DLProf/PyProf dict markers, which
+switches the op rules to theirs (``ops/assign.py``). The reader has already cut emit_nvtx's
+per-call details off every text and kept the autograd ``seq`` apart (``reader/nvtx.py``), so a
+large recording has a few hundred distinct names for 0.85 M ranges.
 
 Formats recognised (see docs/ops.md):
 
 - PyTorch ``emit_nvtx``: ``aten::conv2d, seq = 12, op_id = 200, sizes = [[...]], input_op_ids =
   [...]`` (read as the name ``aten::conv2d``); backward nodes ``ConvolutionBackward0, seq = ...``,
   ``autograd::engine::evaluate_function: ConvolutionBackward0, op_id = ...``,
-  ``torch::autograd::AccumulateGrad, op_id = ...``; older PyTorch writes ``aten::empty`` alone.
-- DLProf / PyProf dict markers: ``{'traceMarker': [...], 'funcStack': '/<module>/...'}`` and
+  ``torch::autograd::AccumulateGrad, op_id = ...``; older PyTorch (1.4, the PyProf era) writes
+  ``conv2d, seq = 3`` without a namespace, and ``aten::empty`` alone.
+- DLProf / PyProf dict markers (Python reprs, read with ``ast.literal_eval``, never ``eval``):
+  ``{'traceMarker': [...], 'funcStack': '/<module>/...'}`` (PyProf writes no ``funcStack``) and
   ``{'mod': 'torch.nn.functional', 'op': 'conv2d', 'args': [{'shape': ..., 'dtype': ...}]}``.
   Other dict/JSON markers (DLProf's ``{"model_config": ...}``) define no op.
 - Anything else is a plain range (``forward``, ``data``, a library's ``cub::DeviceRadixSort``);
   the caller tells user ranges from library ranges by their NVTX domain.
+
+Names and types as DLProf writes them for dict markers: the op name is the function stack without
+``<``/``>`` (``/module/net::forward/...``, not ``/<module>/...``) and with repeats as ``[N]`` (the
+marker's ``Conv2d::_call_impl(2)`` is the reports' ``Conv2d::_call_impl[2]``); the op type is the
+marker's ``op`` as written (``uniform_`` keeps its in-place underscore). In a profile with dict
+markers the emit_nvtx names keep theirs too (``add_``, as PyProf reports them); elsewhere
+``aten::relu_`` is the op type ``relu``.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ BACKWARD = 3  # autograd backward node or engine range
 TRACE = 4  # DLProf/PyProf {'traceMarker': ..., 'funcStack': ...}
 MODOP = 5  # DLProf/PyProf {'mod': ..., 'op': ..., 'args': ...}
 IGNORE = 6  # other dict/JSON markers ({"model_config": ...}): no op, no group
+PASS = 7  # set per range by the op rules: defines nothing itself, but encloses ranges that do
 FRAMEWORK = (FORWARD, BACKWARD, TRACE, MODOP)
 
 FPROP, BPROP = "fprop", "bprop"
@@ -49,12 +61,24 @@ _BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?P<node>[A-Z]\w*?)(?:Backw
 _IS_BACKWARD = re.compile(r"Backward\d*$|^torch::autograd::")
 _NAMESPACE = re.compile(r"^(?:\w+::)+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_REPEAT = re.compile(r"\((\d+)\)")
 
 
 def normalise_op(name: str) -> str:
     """``aten::relu_`` -> ``relu``; ``torch.nn.functional.conv2d`` -> ``conv2d``."""
     op = _NAMESPACE.sub("", name).rsplit(".", 1)[-1]
     return op[:-1] if len(op) > 1 and op.endswith("_") and not op.endswith("__") else op
+
+
+def strip_namespace(name: str) -> str:
+    """``aten::add_`` -> ``add_``: the op as a dict-marker profile reports it (no in-place normalisation)."""
+    return _NAMESPACE.sub("", name)
+
+
+def stack_name(func_stack: str) -> str:
+    """DLProf's op name for a function stack: ``/<module>/Net::_call_impl(2)/conv2d`` ->
+    ``/module/Net::_call_impl[2]/conv2d``."""
+    return _REPEAT.sub(r"[\1]", func_stack.replace("<", "").replace(">", ""))
 
 
 def backward_op(name: str) -> tuple[str, str]:
@@ -90,10 +114,14 @@ def _args(fields: dict[str, object]) -> tuple[str, str]:
     return ",".join(dict.fromkeys(dtypes)), "; ".join(shapes)
 
 
-def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
-    """Kind and op fields of one distinct marker name."""
+def classify_name(name: str, has_suffix: bool, has_seq: bool = False) -> dict[str, object]:
+    """Kind and op fields of one distinct marker name.
+
+    `has_suffix`: some range of the name carried emit_nvtx's ``seq``/``op_id``/``sizes``; `has_seq`:
+    some carried an autograd sequence number (only ops that record one do: a forward op).
+    """
     row: dict[str, object] = {"kind": USER, "op_name": name, "op_type": name, "direction": "", "stack": "",
-                              "data_types": "", "input_shapes": ""}
+                              "data_types": "", "input_shapes": "", "stack_named": False}
     if name.startswith("{"):
         fields = _dict_fields(name)
         if fields is None:
@@ -101,13 +129,18 @@ def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
         if "traceMarker" in fields or "funcStack" in fields:
             stack = fields.get("funcStack")
             trace = fields.get("traceMarker")
-            op_name = str(stack) if stack else name
-            row.update(kind=TRACE, op_name=op_name, op_type=normalise_op(op_name.rstrip("/").rsplit("/", 1)[-1]),
-                       direction=FPROP, stack="\n".join(map(str, trace)) if isinstance(trace, list) else "")
+            lines = [str(t) for t in trace] if isinstance(trace, list) else []
+            if stack:
+                op_name = stack_name(str(stack))
+                op_type = op_name.rstrip("/").rsplit("/", 1)[-1]
+            else:  # PyProf writes the call stack only: the op is named by its {'mod','op'} marker
+                op_name, op_type = (lines[-1] if lines else name), ""
+            row.update(kind=TRACE, op_name=op_name, op_type=op_type, direction=FPROP, stack="\n".join(lines),
+                       stack_named=bool(stack))
         elif "op" in fields:
             mod, op = str(fields.get("mod", "")), str(fields["op"])
             data_types, shapes = _args(fields)
-            row.update(kind=MODOP, op_name=f"{mod}.{op}" if mod else op, op_type=normalise_op(op), direction=FPROP,
+            row.update(kind=MODOP, op_name=f"{mod}.{op}" if mod else op, op_type=op, direction=FPROP,
                        data_types=data_types, input_shapes=shapes)
         else:
             row.update(kind=IGNORE)
@@ -116,9 +149,11 @@ def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
         node, op_type = backward_op(name)
         row.update(kind=BACKWARD, op_name=node, op_type=op_type, direction=BPROP)
     elif has_suffix or "::" in name:
-        # Dispatcher ops carry a namespace (aten::, prim::); suffixed names without one are
-        # record_function scopes such as "Optimizer.step#SGD.step", of no known direction.
-        row.update(kind=FORWARD, op_type=normalise_op(name), direction=FPROP if "::" in name else "")
+        # Dispatcher ops carry a namespace (aten::, prim::) or, before PyTorch 1.5, an autograd seq
+        # number; suffixed names with neither are record_function scopes such as
+        # "Optimizer.step#SGD.step", of no known direction.
+        row.update(kind=FORWARD, op_type=normalise_op(name),
+                   direction=FPROP if "::" in name or has_seq else "")
     return row
 
 
@@ -126,8 +161,10 @@ def classify_name(name: str, has_suffix: bool) -> dict[str, object]:
 class Parsed:
     """Op fields per distinct NVTX range name: `names` row k describes the name whose id is ids[k]."""
 
-    names: pd.DataFrame  # index: name code; kind, op_name, op_type, direction, stack, data_types, input_shapes
+    names: pd.DataFrame  # index: name code; kind, op_name, op_type, direction, stack, data_types, input_shapes,
+    # stack_named
     ids: np.ndarray  # name id (nvtx["text_id"]) of each code, sorted
+    dict_markers: bool = False  # the profile holds DLProf/PyProf dict markers ({'mod','op'} or traceMarker)
 
     def codes(self, text_ids: np.ndarray) -> np.ndarray:
         """Name code of each id (-1 for an id that is no range name)."""
@@ -142,19 +179,28 @@ class Parsed:
         return np.where(self.ids[pos] == text_ids, pos, -1).astype(np.int32)
 
 
-def parse_markers(strings: StringTable, nvtx_names: pd.DataFrame) -> Parsed:
+def parse_markers(strings: StringTable, nvtx_names: pd.DataFrame, seq_ids: np.ndarray | None = None) -> Parsed:
     """Op fields of the NVTX range names, decided once per distinct name.
 
     `nvtx_names` is the profile's table of range names (index: name id; ``emit``: some range of the
-    name carried emit_nvtx's per-call details, which makes it an emit_nvtx name).
+    name carried emit_nvtx's per-call details, which makes it an emit_nvtx name); `seq_ids` are the
+    name ids of which some range carried an autograd ``seq`` number.
     """
     ids = nvtx_names.index.to_numpy(dtype=np.int64)
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
     suffixed = nvtx_names["emit"].to_numpy(dtype=bool)[order]
-    texts = strings.decode(ids).to_numpy()
-    rows = [classify_name(str(t), bool(f)) for t, f in zip(texts, suffixed, strict=True)]  # distinct names
+    with_seq = np.isin(ids, seq_ids) if seq_ids is not None else np.zeros(len(ids), dtype=bool)
+    texts = [str(t) for t in strings.decode(ids).to_numpy()]
+    rows = [classify_name(t, bool(f), bool(q)) for t, f, q in zip(texts, suffixed, with_seq, strict=True)]
+    dict_markers = any(row["kind"] in (TRACE, MODOP) for row in rows)  # distinct names, as above
+    if dict_markers:  # emit_nvtx op types as these profiles report them
+        for row in rows:
+            if row["kind"] == FORWARD:
+                row["op_type"] = strip_namespace(str(row["op_name"]))
     names = pd.DataFrame(rows, index=pd.RangeIndex(len(ids)),
-                         columns=["kind", "op_name", "op_type", "direction", "stack", "data_types", "input_shapes"])
+                         columns=["kind", "op_name", "op_type", "direction", "stack", "data_types", "input_shapes",
+                                  "stack_named"])
     names["kind"] = names["kind"].astype(np.int8)
-    return Parsed(names, ids)
+    names["stack_named"] = names["stack_named"].astype(bool)
+    return Parsed(names, ids, dict_markers)

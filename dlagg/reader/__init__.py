@@ -1,5 +1,28 @@
-"""Reader stage: nsys SQLite export -> `Profile`."""
+"""Reader stage: an nsys SQLite export, or an nvprof database (``reader/nvprof.py``) -> `Profile`.
 
-from .sqlite import check_input, load_profile
+``load_profile(path, process=None)`` decides which by the tables the file has; nothing after the
+reader knows which profiler wrote it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..model import Profile
+from .nvprof import is_nvprof, read_nvprof
+from .sqlite import Database, check_input, read_nsys
+
+
+def load_profile(path: str | Path, process: int | None = None) -> Profile:
+    """Read every table dlagg uses from the export at `path`: all of it, or one process's rows
+    (`process`: its ``globalPid``, for files that hold several ranks)."""
+    db = Database(Path(path))
+    try:
+        if is_nvprof(db):
+            return read_nvprof(db)
+        return read_nsys(db, process)
+    finally:
+        db.close()
+
 
 __all__ = ["check_input", "load_profile"]

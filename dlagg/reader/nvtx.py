@@ -22,9 +22,10 @@ of text outlives its parsing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,11 @@ def cut_sql(text: str) -> str:
     op_id, sizes = (f"instr({text}, '{marker}')" for marker in CUT_MARKERS)
     return (f"CASE WHEN {op_id} > 0 THEN substr({text}, 1, {op_id} + {CUT_LENGTH - 1}) "
             f"WHEN {sizes} > 0 THEN substr({text}, 1, {sizes} + {CUT_LENGTH - 1}) ELSE {text} END")
+
+
+def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`values` as valid UTF-8 strings whatever their type (validate.texts), for the other readers."""
+    return utf8_texts(values)
 
 
 @dataclass(frozen=True)
@@ -102,18 +108,17 @@ def split_names(cut: pa.Array | pa.ChunkedArray) -> Names:
 class NvtxDetails:
     """Reads what the frame leaves out, for a few ranges at a time, by NVTX row id."""
 
-    def __init__(self, path: str, table: str | None, text: str) -> None:
-        self.path = path
+    def __init__(self, connect: Callable[[], Any], table: str | None, text: str, threads: int = 1) -> None:
+        self.connect = connect  # opens the export again (read-only): an object with .arrow(sql) and .close()
         self.table = table
         self.text = text  # SQL expression of a range's whole text
+        self.threads = threads
 
     def input_shapes(self, rows: np.ndarray) -> pd.Categorical:
         """emit_nvtx's ``sizes = [...]`` text of each NVTX row id ('' when it has none)."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.table is None or len(rows) == 0:
             return categorical(np.full(len(rows), -1), [])
-        from .sqlite import READ_THREADS, Database
-
         wanted = factorize_ids(rows)[0]
         sizes = f"instr({self.text}, '{CUT_MARKERS[1]}')"
 
@@ -121,12 +126,12 @@ class NvtxDetails:
             ids = ",".join(map(str, wanted[lo:lo + SHAPES_PER_QUERY].tolist()))  # integers we made, not input
             return db.arrow(f'SELECT rowid AS row, substr({self.text}, {sizes} + {CUT_LENGTH}) AS sizes '
                         f'FROM "{self.table}" WHERE rowid IN ({ids}) AND {sizes} > 0', SHAPES_PER_QUERY,
-                        f"table {self.table}")
+                        f", table {self.table}")
 
         # a B-tree seek and a long text per row: worth the reader's threads on big exports
-        db = Database(Path(self.path))
+        db = self.connect()
         try:
-            with ThreadPoolExecutor(READ_THREADS) as pool:
+            with ThreadPoolExecutor(self.threads) as pool:
                 pieces = list(pool.map(read, range(0, len(wanted), SHAPES_PER_QUERY)))
         finally:
             db.close()

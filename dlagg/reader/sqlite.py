@@ -21,6 +21,7 @@ import stat
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -61,8 +62,11 @@ NVTX_SLICE_ROWS = 1 << 18
 NVTX_DENSE_SPAN = 1 << 20
 # Worker threads for the reads; more than the cores only adds memory.
 READ_THREADS = max(1, min(4, os.cpu_count() or 1))
+# Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
+PROCESS_THREADS = 1 << 24
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
-DAMAGED = "{path}: cannot read {what} ({exc}); the export may be truncated or damaged: export the nsys report again"
+DAMAGED = "{path}: cannot read the database ({exc}{what}); the file may be truncated or damaged: {again}"
+AGAIN = "export the nsys report again"  # what to do about a damaged file (nvprof databases: record again)
 WAL = ("{wal}: holds {size:,} bytes of changes that are not in {name} yet (an un-checkpointed write-ahead log), "
        "and dlagg reads the main file only, read-only; copy both files elsewhere and fold the log into the copy: "
        "cp {path} {wal} /tmp/ && sqlite3 /tmp/{name} 'PRAGMA wal_checkpoint'; then pass /tmp/{name}")
@@ -125,6 +129,7 @@ class Database:
     def __init__(self, path: Path) -> None:
         check_input(path)
         self.path = path
+        self.again = AGAIN
         self._local = threading.local()
         self._adbc: list[object] = []
         try:
@@ -137,13 +142,14 @@ class Database:
             }
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
-                             "export the nsys report again") from None
+                             "export the nsys report (or record the nvprof database) again") from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Close every connection (a second call does nothing)."""
         self.conn.close()
-        for conn in self._adbc:
-            conn.close()  # type: ignore[attr-defined]
+        while self._adbc:
+            self._adbc.pop().close()  # type: ignore[attr-defined]
 
     def find(self, candidates: Iterable[str]) -> str | None:
         return next((name for name in candidates if name in self.tables), None)
@@ -154,7 +160,8 @@ class Database:
                 try:
                     self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
                 except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-                    raise InputError(DAMAGED.format(path=self.path, what=f"table {table}", exc=exc)) from None
+                    raise InputError(DAMAGED.format(path=self.path, what=f", table {table}", exc=exc,
+                                                    again=self.again)) from None
             return self.tables[table]  # type: ignore[return-value]
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -162,7 +169,7 @@ class Database:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=self.path, what="the database", exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, what="", exc=exc, again=self.again)) from None
 
     def rows(self, table: str, where: str = "") -> int:
         """An upper bound of the rows of `table` (its row-id span; counted when the span is huge)."""
@@ -194,9 +201,9 @@ class Database:
         finally:
             cursor.close()
 
-    def arrow(self, sql: str, rows: int | None = None, what: str = "the database") -> pa.Table:
+    def arrow(self, sql: str, rows: int | None = None, what: str = "") -> pa.Table:
         """Run `sql`, whose result has at most `rows` rows, and return an Arrow table (ADBC; sqlite3
-        fallback on type surprises). `what` names the table in error messages.
+        fallback on type surprises). `what` (", table X") names the table in error messages.
 
         One batch of `rows` first (when the address space left can take the driver's reservation,
         limits.py), then the driver's default batches (a string column over 2 GiB).
@@ -225,7 +232,7 @@ class Database:
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc)) from None
+            raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc, again=self.again)) from None
         finally:
             conn.close()
         return pa.table({n: _column([r[i] for r in rows]) for i, n in enumerate(names)})
@@ -247,22 +254,36 @@ class Database:
             select.append(extra)
         return f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
 
-    def read(self, table: Table, flaws: va.Flaws | None = None) -> tuple[pd.DataFrame, str | None]:
-        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent).
+    def process_filter(self, physical: str, process: int | None) -> str:
+        """SQL condition keeping one process's rows of `physical` ('' for all processes).
+
+        GPU tables carry the process (``globalPid``); CPU-side tables the thread, whose process part
+        is the same number in the high bits: a process's threads are the ids [globalPid, globalPid +
+        2^24). A table without either column cannot be split and is read whole.
+        """
+        if process is None:
+            return ""
+        present = set(self.columns(physical))
+        if "globalPid" in present:
+            return f'"globalPid" = {int(process)}'
+        if "globalTid" in present:
+            return f'"globalTid" >= {int(process)} AND "globalTid" < {int(process) + PROCESS_THREADS}'
+        return ""
+
+    def read(self, table: Table, flaws: va.Flaws | None = None,
+             process: int | None = None) -> tuple[pd.DataFrame, str | None]:
+        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent); all of it, or
+        one process's rows (`process`: its ``globalPid``).
 
         Rows holding a value that is not an integer, or NULL in a required column, are dropped and
-        counted in `flaws`; so is the whole table when it lacks a required column.
+        counted in `flaws`; a table without a column it requires is an `InputError` (`select`).
         """
         physical = self.find(table.sources)
         if physical is None:
             return empty_frame(table), None
         flaws = flaws if flaws is not None else va.Flaws(self.path.name)
-        missing = self.missing(table, physical)
-        if missing:
-            flaws.add("missing", physical, int(self.query(f'SELECT count(*) FROM "{physical}"')[0][0]),
-                      ", ".join(missing))  # type: ignore[arg-type]
-            return empty_frame(table), None
-        arrow = self.arrow(self.select(table, physical), self.rows(physical), f"table {physical}")
+        arrow = self.arrow(self.select(table, physical, where=self.process_filter(physical, process)),
+                           self.rows(physical), f", table {physical}")
         return frame_of(arrow, table.columns, physical, flaws), physical
 
 
@@ -392,19 +413,14 @@ class _NvtxRead:
     no usable range (marks, domain rows, gaps, damaged rows).
     """
 
-    def __init__(self, db: Database, strings_table: str, flaws: va.Flaws) -> None:
+    def __init__(self, db: Database, strings_table: str, flaws: va.Flaws, process: int | None = None) -> None:
         self.db = db
         self.flaws = flaws
+        self.process = process
         self.physical = db.find(schema.NVTX.sources)
         self.slices: list[tuple[int, int, int]] = []  # (first row id, end row id, offset in the columns)
         self.text = "NULL"
         if self.physical is None:
-            return
-        missing = db.missing(schema.NVTX, self.physical)
-        if missing:
-            flaws.add("missing", self.physical, int(db.query(f'SELECT count(*) FROM "{self.physical}"')[0][0]),
-                      ", ".join(missing))  # type: ignore[arg-type]
-            self.physical = None
             return
         self.text = nv.text_sql(set(db.columns(self.physical)), strings_table)
         # min and max of the rowid are single b-tree seeks each (together they would be a scan)
@@ -420,7 +436,7 @@ class _NvtxRead:
             # row ids far apart (never in an nsys export: a damaged or rebuilt table): slices of
             # NVTX_SLICE_ROWS rows each, cut at the row ids that start them
             ids = np.sort(db.arrow(f'SELECT rowid AS row FROM "{self.physical}"', max(count, 1),
-                                   f"table {self.physical}").column("row").to_numpy())
+                                   f", table {self.physical}").column("row").to_numpy())
             size = len(ids)
             starts = ids[::NVTX_SLICE_ROWS]
             ends = np.r_[ids[NVTX_SLICE_ROWS::NVTX_SLICE_ROWS], ids[-1] + 1] if len(ids) else starts
@@ -451,11 +467,13 @@ class _NvtxRead:
         Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
         where = f"rowid >= {lo} AND rowid < {hi}"
-        arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f"table {self.physical}")
+        own = self.db.process_filter(self.physical, self.process)  # type: ignore[arg-type]
+        where += f" AND {own}" if own else ""
+        arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f", table {self.physical}")
         n = arrow.num_rows
         if offset + n > len(self.keep) or (n > hi - lo):  # row ids that are not unique: a damaged b-tree
-            raise InputError(DAMAGED.format(path=self.db.path, what=f"table {self.physical}",
-                                            exc="row ids out of order"))
+            raise InputError(DAMAGED.format(path=self.db.path, what=f", table {self.physical}",
+                                            exc="row ids out of order", again=self.db.again))
         here = slice(offset, offset + n)
         dropped = _Dropped(self.physical or "", self.flaws)
         kind = schema.NVTX.column("event_type")
@@ -489,7 +507,7 @@ class _NvtxRead:
             rows[:] = np.arange(lo, hi)
         else:
             rows[:] = self.db.arrow(f'SELECT rowid AS row FROM "{self.physical}" WHERE {where}', hi - lo,
-                                    f"table {self.physical}").column("row")
+                                    f", table {self.physical}").column("row")
         names = nv.split_names(arrow.column("text"))
         self.codes[here] = names.codes
         self.seq[here] = names.seq
@@ -567,7 +585,7 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
         raise InputError(f"{db.path}: table {strings_table} lacks column(s) {', '.join(missing)}, which every kernel, "
                          "API call and NVTX name comes from; export the nsys report again")
     arrow = db.arrow(f'SELECT "id", "value" FROM "{strings_table}" ORDER BY "id"', db.rows(strings_table),
-                     f"table {strings_table}")
+                     f", table {strings_table}")
     converted = va.integers(arrow.column("id"), "int64", None)
     ids, values = converted.values, va.texts(arrow.column("value"))
     dropped = _Dropped(strings_table, flaws)
@@ -584,28 +602,30 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
     return ids, values
 
 
-def load_profile(path: str | Path) -> Profile:
-    """Read every table dlagg uses from the nsys export at `path`, checked (validate.py)."""
-    path = Path(path)
-    db = Database(path)
+def read_nsys(db: Database, process: int | None = None) -> Profile:
+    """Read every table dlagg uses from the nsys export `db`, checked (validate.py): all of it, or one
+    process's rows (`process`: its ``globalPid``, for files that hold several ranks). Closes `db`."""
+    path = db.path
     flaws = va.Flaws(path.name)
     try:
         known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
         strings_table = db.find(schema.STRING_TABLES)
         if strings_table is None or not known:
-            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or "
-                             "event tables); pass the file made by 'nsys export --type sqlite'")
-        nvtx = _NvtxRead(db, strings_table, flaws)
+            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+                             "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
+                             "'nsys export --type sqlite' or 'nvprof -o'")
+        nvtx = _NvtxRead(db, strings_table, flaws, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
             # NVTX slices first: they are most of the work, the small tables fill in behind them
             slices = [pool.submit(nvtx.read_slice, lo, hi, offset) for lo, hi, offset in nvtx.slices]
-            tables = {t.name: pool.submit(db.read, t, flaws) for t in others}
+            tables = {t.name: pool.submit(db.read, t, flaws, process) for t in others}
             string_ids = pool.submit(_string_ids, db, strings_table, flaws)
             meta_values = _key_values(db, schema.META_TABLES)
             env = _key_values(db, schema.SYSTEM_ENV_TABLES)
             gpus = _gpus(db, flaws)
             stated = _stated_session(db)
+            session_start = _session_start(db)
             results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
             physical = {name: job.result()[1] for name, job in tables.items()}
@@ -627,6 +647,11 @@ def load_profile(path: str | Path) -> Profile:
     start, end = _time_range(frames)
     frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
     has_gpu_work = any(len(frames[name]) for name in ("kernels", "memcpy", "memset"))
+    if gpus.empty and len(frames["kernels"]):  # no GPU table (some exports): the devices kernels ran on
+        devices = np.unique(frames["kernels"]["device_id"].to_numpy())
+        unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
+        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
+                             "total_memory": unknown, "sm_count": unknown})
     warnings = flaws.warnings() + va.missing_table_warnings(
         path.name, {name: table for name, table in found.items() if table is not None}, has_gpu_work)
     meta = ProfileMeta(
@@ -638,9 +663,11 @@ def load_profile(path: str | Path) -> Profile:
         domains=domains,
         start=start,
         end=end,
+        session_start_utc=session_start,
+        process=process,
         warnings=warnings,
     )
-    details = nv.NvtxDetails(str(path.resolve()), nvtx.physical, nvtx.text)
+    details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, READ_THREADS)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
 
@@ -710,6 +737,15 @@ def _checked(name: str, frame: pd.DataFrame, physical: str, session_end: int, fl
     return frame[keep].reset_index(drop=True)
 
 
+def _session_start(db: Database) -> int | None:
+    """Wall-clock time (ns since the Unix epoch) of the session's time 0, when the export says."""
+    if "TARGET_INFO_SESSION_START_TIME" not in db.tables or "utcEpochNs" not in db.columns(
+            "TARGET_INFO_SESSION_START_TIME"):
+        return None
+    rows = db.query('SELECT "utcEpochNs" FROM "TARGET_INFO_SESSION_START_TIME" LIMIT 1')
+    return int(rows[0][0]) if rows and isinstance(rows[0][0], int) else None
+
+
 def _results(jobs: list) -> list:  # type: ignore[type-arg]
     """Results of `jobs` in order; the first failure is raised once every job has stopped."""
     errors = [job.exception() for job in jobs]
@@ -736,4 +772,12 @@ def _time_range(frames: dict[str, pd.DataFrame]) -> tuple[int, int]:
     return int(min(starts)), int(max(max(ends), max(starts)))
 
 
-__all__ = ["load_profile", "Database", "check_input", "NO_ID"]
+def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
+    """The column as numpy, unusable values and NULLs as the column's default (0 when required).
+
+    For readers that do not check rows yet (reader/nvprof.py); the nsys reader drops such rows
+    (`frame_of`)."""
+    return va.integers(array, column.dtype, column.default).values
+
+
+__all__ = ["read_nsys", "Database", "check_input", "NO_ID"]

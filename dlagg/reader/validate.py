@@ -44,7 +44,6 @@ UNTRUSTED_DURATION_SHARE = 0.1
 
 # cause -> (what the rows have, what was done); the order is the order of the checks and warnings
 CAUSES = {
-    "missing": ("the table lacks a column it needs", "ignored the table"),
     "type": ("a value that is not an integer", "dropped"),
     "null": ("NULL where a value is required", "dropped"),
     "negative": ("a negative time", "dropped"),
@@ -69,8 +68,8 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
 
     The driver types a column from its values: INTEGER when all are, DOUBLE when some are reals,
     STRING when some are text, BINARY when some are blobs (the integers then arrive as decimal
-    text). Integral reals and decimal text are converted; anything else, or a value outside
-    `dtype`'s range, is marked bad.
+    text). Finite reals are cut toward zero (SQLite's CAST) and decimal text is converted;
+    anything else, or a value outside `dtype`'s range, is marked bad.
     """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
@@ -86,8 +85,8 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
     elif pa.types.is_floating(kind):
         real = pc.fill_null(array, float(fill)).to_numpy().astype(np.float64, copy=False)
         with np.errstate(invalid="ignore"):
-            ok = np.isfinite(real) & (np.floor(real) == real) & (np.abs(real) < 2.0**63)
-        values = np.where(ok, real, fill).astype(np.int64)
+            ok = np.isfinite(real) & (np.abs(real) < 2.0**63)
+        values = np.where(ok, np.trunc(real), fill).astype(np.int64)  # as SQLite's CAST: toward zero
         bad = ~ok
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
             or pa.types.is_large_binary(kind):
@@ -121,16 +120,20 @@ def texts(array: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     kind = array.type
+    if pa.types.is_null(kind) or (array.null_count == len(array) and not pa.types.is_string(kind)):
+        return pa.nulls(len(array), pa.string())  # NULLs only: the driver may type them as anything
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         try:
             array.validate(full=True)
             return array.cast(pa.string()) if pa.types.is_large_string(kind) else array
-        except pa.ArrowInvalid:  # rare: decode in Python below
+        except pa.ArrowInvalid:  # rare: some raw bytes; decoded below
             pass
     elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
-        return array.cast(pa.string())  # null, integer and real columns
-    raw = array.cast(pa.binary()).to_pylist()
-    return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], type=pa.string())
+        return array.cast(pa.string())  # integer and real columns
+    # decoded with replacement characters once per distinct value, in Python, then taken per row
+    encoded = pc.dictionary_encode(array.cast(pa.binary()))
+    decoded = [b.decode("utf-8", "replace") for b in encoded.dictionary.to_pylist()]
+    return pa.array(decoded, type=pa.string()).take(encoded.indices)
 
 
 def time_checks(start: np.ndarray, end: np.ndarray, end_open: np.ndarray | None,
@@ -216,9 +219,6 @@ class Flaws:
                 continue
             where = ", ".join(f"{table}{'.' + column if column else ''} {n:,}"
                               for (table, column), n in sorted(found.items()))
-            if cause == "missing":
-                lines.append(f"{self.source}: {what} ({where} rows); {done}: the reports leave its rows out")
-                continue
             note = f" ({self.session_note})" if cause in ("late", "open") and self.session_note else ""
             lines.append(f"{self.source}: {sum(found.values()):,} row(s) with {what}{note}: {done} "
                          f"(per table: {where}); the export looks damaged, the reports leave these rows out"

@@ -1,53 +1,122 @@
-"""Report values, the report registry and the context every builder receives.
+"""Report values, the report registry, and the figures of ranks and jobs that reports are built from.
 
 Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder.
-The CLI's ``--reports`` choices and ``--help`` text come from the registry (first docstring line).
+A rank report is built per rank, ``build(ctx, deps) -> Report``: `ctx` is the rank's `RankContext`,
+`deps` the reports it declared in ``depends`` (built first, by the runner). When a job has several
+ranks, the report's ``@merges`` function combines the ranks' reports into the job's (with its
+dependencies already combined). A job report (``scope=JOB``) is built once from every rank's
+figures: ``build(job, deps) -> Report``. The CLI's ``--reports`` choices and ``--help`` text come
+from the registry (first docstring line).
+
+A report holds figures (``figures.Table``): exact values under stable keys. Formatting (titles,
+rounding, yes/no) belongs to the writers.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
 import pandas as pd
 
-from ..model import Iterations, Profile, categorical, factorize_ids
-from ..options import Options
+from ..comm import Matched, RankComm
+from ..model import Iterations, ProfileMeta, categorical
+from ..ops.assign import op_ids
+from ..reader.discover import Job, RankSource
+from .figures import Image, Table
 
 if TYPE_CHECKING:
-    from ..ops import Ops
+    from ..context import RankContext
 
-
-@dataclass(frozen=True)
-class Section:
-    """One titled table of a report. ``header=False`` marks a key/value section (no header row)."""
-
-    title: str
-    table: pd.DataFrame
-    header: bool = True
+RANK, JOB = "rank", "job"  # report scopes
+NSYS, NCU = "nsys", "ncu"  # inputs a report needs: an nsys (or nvprof) export, an Nsight Compute raw CSV
 
 
 @dataclass(frozen=True)
 class Report:
     name: str  # registry key, e.g. "kernel"
     file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.csv
-    sections: tuple[Section, ...]
-    scalars: Mapping[str, float] = field(default_factory=dict)  # headline numbers
+    tables: tuple[Table, ...]
     warnings: tuple[str, ...] = ()
-    per_iteration: pd.DataFrame | None = None  # one row per iteration, for time-series writers
+    images: tuple[Image, ...] = ()  # pictures drawn from the tables (the roofline's)
 
     @property
-    def table(self) -> pd.DataFrame:
-        """The main table (first section)."""
-        return self.sections[0].table
+    def main(self) -> Table:
+        """The report's main table (its first)."""
+        return self.tables[0]
+
+    def table(self, key: str) -> Table:
+        for table in self.tables:
+            if table.key == key:
+                return table
+        raise KeyError(f"report {self.name} has no table {key!r}; it has {', '.join(t.key for t in self.tables)}")
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """One rank reduced: where it came from, its iterations, its reports and its communication.
+    Small enough to travel from a worker process: no event table is in it."""
+
+    source: RankSource
+    meta: ProfileMeta
+    gpus: pd.DataFrame  # device_id, name, ... of the rank's export
+    iterations: Iterations
+    reports: Mapping[str, Report]
+    ops: pd.DataFrame  # the rank's ops by name: op_key, op_type, order, forward_op_key (for Op IDs over ranks)
+    comm: RankComm | None
+    warnings: tuple[str, ...]
+    seconds: float  # time taken to reduce it
+    peak_mb: float = 0.0  # peak resident memory of the process that reduced it, so far (MB)
+
+
+@dataclass(frozen=True)
+class JobFigures:
+    """Every rank's figures, and what relates them: aligned clocks and matched collectives."""
+
+    job: Job
+    ranks: tuple[RankFigures, ...]  # ordered by rank
+    matched: Matched | None  # None when no rank reduced its communication
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Rank -> ns added to its timestamps to put them on the job's clock (0 without collectives)."""
+        return dict(self.matched.offsets) if self.matched else {r.source.rank: 0 for r in self.ranks}
+
+    @property
+    def rank_numbers(self) -> list[int]:
+        return [r.source.rank for r in self.ranks]
+
+    @cached_property
+    def op_ids(self) -> pd.Series:
+        """Op key -> DLProf Op ID over every rank's ops (numbered as one rank's are: ops.op_ids)."""
+        ops = pd.concat([r.ops for r in self.ranks], ignore_index=True)
+        if ops.empty:
+            return pd.Series(dtype=object)
+        ops = ops.groupby("op_key", sort=False).agg({"op_type": "first", "order": "min", "forward_op_key": "first"})
+        ops = ops.reset_index()
+        return pd.Series(op_ids(ops), index=ops["op_key"].to_numpy())
+
+    def renumber_ops(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` with its op_id column renumbered from its op_key column over the whole job."""
+        if "op_id" not in frame or frame.empty:
+            return frame
+        keys = frame["op_key"]
+        if isinstance(keys.dtype, pd.CategoricalDtype):  # per distinct key
+            ids = self.op_ids.reindex(keys.cat.categories.to_numpy()).fillna("").to_numpy(dtype=object)
+            return frame.assign(op_id=categorical(keys.cat.codes.to_numpy(), ids))
+        return frame.assign(op_id=self.op_ids.reindex(keys.to_numpy()).fillna("").to_numpy(dtype=object))
 
 
 class ReportBuilder(Protocol):
-    def __call__(self, ctx: ReportContext) -> Report: ...
+    def __call__(self, ctx: RankContext, deps: Mapping[str, Report]) -> Report: ...
+
+
+# Combines one report's per-rank results into the job's: (the ranks' reports in rank order, the job's
+# figures, the job's already combined dependencies) -> the job's report.
+Merger = Callable[[Sequence[Report], JobFigures, Mapping[str, Report]], Report]
 
 
 @dataclass(frozen=True)
@@ -57,12 +126,19 @@ class ReportSpec:
     description: str
     file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.<format>
     requires: frozenset[str] = frozenset()  # Profile frames that must be non-empty
-    depends: tuple[str, ...] = ()
+    depends: tuple[str, ...] = ()  # reports whose figures the builder reads (passed in `deps`)
     # One row per event (100 k+ rows): built first, so that writing it overlaps building the others.
     bulk: bool = False
+    scope: str = RANK  # RANK: built per rank (and merged); JOB: built once from every rank's figures
+    # A job report is written when the job has several ranks or communication, or when asked for by name.
+    only_with_ranks: bool = False
+    # Inputs the report needs (--reports=all picks the reports whose inputs were given): NSYS, NCU.
+    inputs: frozenset[str] = frozenset({NSYS})
+    images: tuple[str, ...] = ()  # file suffixes of the PNGs it may draw (for the --force check)
 
 
 REPORTS: dict[str, ReportSpec] = {}
+MERGERS: dict[str, Merger] = {}
 
 
 def report(
@@ -72,6 +148,10 @@ def report(
     requires: Iterable[str] = (),
     depends: Iterable[str] = (),
     bulk: bool = False,
+    scope: str = RANK,
+    only_with_ranks: bool = False,
+    inputs: Iterable[str] = (NSYS,),
+    images: Iterable[str] = (),
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -81,145 +161,48 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk,
+            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images),
         )
         return fn
 
     return register
 
 
-# Op text columns of a report -> op table column (one value per op) or instance column.
-OP_TEXT = {"Op ID": "op_id", "Op Name": "op_name", "Direction": "direction", "Op Type": "op_type",
-           "Data Types": "data_types"}
+def merges(name: str) -> Callable[[Merger], Merger]:
+    """Register how report `name` combines over ranks."""
+
+    def register(fn: Merger) -> Merger:
+        if name in MERGERS:
+            raise RuntimeError(f"duplicate merger for {name!r}")
+        MERGERS[name] = fn
+        return fn
+
+    return register
 
 
-class ReportContext:
-    """The profile, its iterations and the options, plus derived frames computed once and shared."""
+def build_order(names: Iterable[str]) -> list[str]:
+    """`names` and the reports they depend on, each after its dependencies; bulk reports (which
+    depend on nothing) first, so that writing them overlaps building the others."""
+    ordered: list[str] = []
 
-    def __init__(self, profile: Profile, iterations: Iterations, options: Options) -> None:
-        self.profile = profile
-        self.iterations = iterations
-        self.options = options
-        self._reports: dict[str, Report] = {}
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise RuntimeError(f"reports depend on each other in a cycle: {' -> '.join((*path, name))}")
+        if name not in ordered:
+            for dep in REPORTS[name].depends:
+                visit(dep, (*path, name))
+            ordered.append(name)
 
-    def report(self, name: str) -> Report:
-        """Build (once) and return another report, for reports that reuse others."""
-        if name not in self._reports:
-            self._reports[name] = REPORTS[name].build(self)
-        return self._reports[name]
-
-    @cached_property
-    def work(self) -> pd.DataFrame:
-        """All GPU work with launching API call and iteration (see timeline.correlate)."""
-        from ..timeline.correlate import gpu_work
-
-        work = gpu_work(self.profile)
-        return work.assign(iteration=self.iterations.assign(work["t_attr"].to_numpy()))
-
-    @cached_property
-    def selected_work(self) -> pd.DataFrame:
-        """GPU work attributed to the aggregated iterations."""
-        work = self.work
-        return rows_where(work, self.iterations.in_selection(work["iteration"].to_numpy()))
-
-    @cached_property
-    def kernel_uses_tc(self) -> pd.Series:
-        """Tensor-core use per kernel-name id (decided once per distinct name)."""
-        from ..classify import uses_tensor_cores
-
-        ids = np.unique(self.profile.kernels["name_id"].to_numpy())
-        names = self.profile.strings.decode(pd.Series(ids))
-        return pd.Series(uses_tensor_cores(names).to_numpy(), index=ids)
-
-    @cached_property
-    def api_in_selection(self) -> pd.DataFrame:
-        """CUDA API calls whose start lies in the aggregated iterations."""
-        runtime = self.profile.runtime
-        iteration = self.iterations.assign(runtime["start"].to_numpy())
-        return rows_where(runtime, self.iterations.in_selection(iteration))
-
-    @cached_property
-    def breakdown(self) -> pd.DataFrame:
-        """Per-iteration partition of wall-clock time (see timeline.breakdown)."""
-        from ..timeline.breakdown import time_breakdown
-
-        return time_breakdown(self.profile, self.iterations, self.work, self.kernel_uses_tc)
-
-    @cached_property
-    def ops(self) -> Ops:
-        """Op instances from NVTX, the ops they group into, and the op of each `work` row (see dlagg.ops)."""
-        from ..ops import find_ops
-
-        return find_ops(self.profile, self.iterations, self.work, self.kernel_uses_tc, self.options.domains)
-
-    @cached_property
-    def op_instances(self) -> pd.DataFrame:
-        """Op instances of the aggregated iterations (by the op's start), with op columns joined."""
-        ops = self.ops
-        inst = ops.instances
-        inst = rows_where(inst, self.iterations.in_selection(inst["iteration"].to_numpy()))
-        return inst.join(ops.ops, on="key")
-
-    def op_columns(self, work_index: pd.Index, columns: Iterable[str] = OP_TEXT) -> dict[str, pd.Categorical]:
-        """Op ID, Op Name, Direction, Op Type, Data Types of the op that launched each of these `work`
-        rows, as categorical columns ('' where no op is known)."""
-        ops = self.ops
-        instance = ops.work_instance[self.work.index.get_indexer(work_index)]
-        has = instance >= 0
-        key = np.full(len(instance), -1, dtype=np.int64)
-        key[has] = ops.instances["key"].to_numpy()[instance[has]]
-        out = {}
-        for column in columns:
-            source = OP_TEXT[column]
-            if source in ops.ops:  # one value per op
-                out[column] = categorical(key, ops.ops[source].to_numpy(dtype=object))
-            else:  # per instance: already categorical
-                values = ops.instances[source].array
-                codes = np.append(np.asarray(values.codes), -1)[instance]  # instance -1: no op
-                out[column] = categorical(codes, np.asarray(values.categories, dtype=object))
-        return out
-
-    def input_shapes(self, work_index: pd.Index) -> pd.Categorical:
-        """Input shapes of the op instance that launched each of these `work` rows ('' when unknown).
-
-        Dict markers carry them in the op's marker; emit_nvtx ranges in their text, which is read
-        now, for these instances only (``Profile.nvtx_details``).
-        """
-        ops = self.ops
-        instance = ops.work_instance[self.work.index.get_indexer(work_index)]
-        own = ops.instances["input_shapes"].array  # categorical, from dict markers
-        codes = np.append(np.asarray(own.codes), -1)  # per instance; last slot: no op
-        texts = np.asarray(own.categories, dtype=object)
-        wanted = factorize_ids(instance[instance >= 0])[0]
-        wanted = wanted[ops.instances["emit"].to_numpy()[wanted]]
-        if len(wanted) and self.profile.nvtx_details is not None:
-            read = self.profile.nvtx_details.input_shapes(ops.instances["nvtx_row"].to_numpy()[wanted])
-            codes[wanted] = len(texts) + np.asarray(read.codes)
-            texts = np.concatenate((texts, np.asarray(read.categories, dtype=object)))
-        return categorical(codes[instance], texts)
+    for name in dict.fromkeys(names):
+        visit(name, ())
+    return sorted(ordered, key=lambda n: not REPORTS[n].bulk)
 
 
-
-
-
-def stats(frame: pd.DataFrame, by: list[str] | str, column: str, prefix: str, unit: str = "(ns)") -> pd.DataFrame:
-    """Total / Avg / Min / Max of `column` per group, with DLProf's column names."""
-    grouped = frame.groupby(by, sort=False, dropna=False)[column]
-    return pd.DataFrame({
-        f"Total {prefix} {unit}": grouped.sum(),
-        f"Avg {prefix} {unit}": grouped.mean().round(1),
-        f"Min {prefix} {unit}": grouped.min(),
-        f"Max {prefix} {unit}": grouped.max(),
-    })
-
-
-def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
-    """``frame[mask]``, but `frame` itself when every row is kept (the default iteration range):
-    a boolean selection copies every column."""
-    return frame if mask.all() else frame[mask]
-
-
-def yes_no(values: np.ndarray | pd.Series) -> pd.Categorical:
-    """DLProf's yes/no cells (a two-category column)."""
-    return pd.Categorical.from_codes(np.asarray(values, dtype=bool).astype(np.int8),
-                                     categories=pd.Index(["no", "yes"], dtype=object))
+def build_reports(ctx: RankContext, names: Iterable[str]) -> dict[str, Report]:
+    """Build the rank reports among `names` (and the reports they depend on), in dependency order."""
+    built: dict[str, Report] = {}
+    for name in build_order(names):
+        spec = REPORTS[name]
+        if spec.scope == RANK:
+            built[name] = spec.build(ctx, {dep: built[dep] for dep in spec.depends})
+    return built

@@ -2,72 +2,116 @@
 
 One row per finding, sorted by time at stake per iteration (largest first; findings without an
 estimate last). DLProf's columns come first (``Problem``, ``Recommendation``), then dlagg's. A
-second section lists every detector and whether it fired, stayed silent, or could not run for
+second table lists every detector and whether it fired, stayed silent, or could not run for
 lack of data, so an empty report is distinguishable from a profile nothing could be checked on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pandas as pd
 
-from ..expert.base import Finding
-from .base import Report, ReportContext, Section, report
+from ..context import RankContext
+from ..expert import Finding, run_detectors
+from ..expert.base import iteration_list
+from .base import JobFigures, Report, merges, report
+from .figures import NS, Field, Table
+from .ranks import job_findings
 
-COLUMNS = ("Problem", "Recommendation", "Severity", "Evidence", "Iterations", "Ops", "Kernels",
-           "Time At Stake Per Iteration (ns)", "Estimate", "Detector")
+FIELDS = (
+    Field("problem", "Problem"),
+    Field("recommendation", "Recommendation"),
+    Field("severity", "Severity"),
+    Field("evidence", "Evidence"),
+    Field("iterations", "Iterations"),
+    Field("ops", "Ops"),
+    Field("kernels", "Kernels"),
+    Field("time_at_stake_ns", "Time At Stake Per Iteration (ns)", NS),
+    Field("estimate", "Estimate"),
+    Field("detector", "Detector"),
+)
+DETECTOR_FIELDS = (
+    Field("detector", "Detector"),
+    Field("status", "Status"),
+    Field("missing_data", "Missing Data"),
+)
 
 
-def findings_table(findings: list[Finding]) -> pd.DataFrame:
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
     stake = pd.array([None if f.time_at_stake_ns is None else round(f.time_at_stake_ns) for f in findings],
                      dtype="Int64")
-    table = pd.DataFrame({
-        "Problem": [f.problem for f in findings],
-        "Recommendation": [f.recommendation for f in findings],
-        "Severity": [f.severity for f in findings],
-        "Evidence": [f.evidence for f in findings],
-        "Iterations": [f.iterations for f in findings],
-        "Ops": [f.ops for f in findings],
-        "Kernels": [f.kernels for f in findings],
-        "Time At Stake Per Iteration (ns)": stake,
-        "Estimate": [f.estimate for f in findings],
-        "Detector": [f.detector for f in findings],
-    }, columns=list(COLUMNS))
-    for column in COLUMNS:
-        if column != "Time At Stake Per Iteration (ns)":
-            table[column] = table[column].astype(object)
-    return table
+    columns = {f.key: pd.Series([getattr(finding, f.key) for finding in findings], dtype=object)
+               for f in FIELDS if f.key != "time_at_stake_ns"}
+    frame = pd.DataFrame({**columns, "time_at_stake_ns": stake})
+    return frame[[f.key for f in FIELDS]]
 
 
 @report("expert_systems")
-def build(ctx: ReportContext) -> Report:
+def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Problems found (GPU idle, input pipeline, launch bound, syncs, copies, AMP, ...) ranked by time at stake."""
-    from ..expert import run_detectors  # imported here: the detectors import other reports' modules
-
     findings, outcomes = run_detectors(ctx)
     detectors = pd.DataFrame({
-        "Detector": [o.detector for o in outcomes],
-        "Status": [o.status for o in outcomes],
-        "Missing Data": [o.reason for o in outcomes],
+        "detector": [o.detector for o in outcomes],
+        "status": [o.status for o in outcomes],
+        "missing_data": [o.reason for o in outcomes],
     }, dtype=object)
-    stakes = [f.time_at_stake_ns for f in findings if f.time_at_stake_ns is not None]
-    return Report(
-        "expert_systems",
-        "expert_systems",
-        (Section("Expert Systems Feedback", findings_table(findings)), Section("Detectors", detectors)),
-        scalars={"expert_findings": float(len(findings)),
-                 "expert_top_time_at_stake_ns": float(max(stakes)) if stakes else 0.0},
-    )
+    return Report("expert_systems", "expert_systems", (
+        Table("findings", "Expert Systems Feedback", FIELDS, findings_frame(findings)),
+        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors),
+    ))
 
 
 def feedback_text(built: Report) -> str:
     """The findings as DLProf printed them on stdout."""
-    table = built.table
+    table = built.main.frame
     lines = [f"Expert Systems Feedback: {len(table)} issue{'s' if len(table) != 1 else ''} detected."]
-    for row in table.itertuples(index=False):
-        lines += ["", "Problem detected:", f"  {row.Problem}", "Recommended change:", f"  {row.Recommendation}"]
-        stake = row[COLUMNS.index("Time At Stake Per Iteration (ns)")]
-        if not pd.isna(stake):
-            lines.append(f"  (severity {row.Severity}; about {stake / 1e6:,.3f} ms per iteration at stake)")
+    for row in table.itertuples(index=False):  # one per finding
+        lines += ["", "Problem detected:", f"  {row.problem}", "Recommended change:", f"  {row.recommendation}"]
+        if not pd.isna(row.time_at_stake_ns):
+            stake = row.time_at_stake_ns / 1e6
+            lines.append(f"  (severity {row.severity}; about {stake:,.3f} ms per iteration at stake)")
         else:
-            lines.append(f"  (severity {row.Severity})")
+            lines.append(f"  (severity {row.severity})")
     return "\n".join(lines)
+
+
+@merges("expert_systems")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Each detector's finding of the rank where it has most at stake (with the ranks it fired on), and the
+    findings only the ranks together show (straggler, communication); ranked by time at stake."""
+    ranks = job.rank_numbers
+    stacked = pd.concat([r.main.frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)],
+                        ignore_index=True)
+    fired = stacked.groupby("detector", sort=False)["rank"].agg(lambda values: iteration_list(values))
+    worst = (stacked.assign(_stake=stacked["time_at_stake_ns"].astype("Float64").fillna(-1.0))
+             .sort_values(["_stake", "rank"], ascending=[False, True], kind="stable").drop_duplicates("detector"))
+    worst = worst.assign(ranks=fired.reindex(worst["detector"]).to_numpy(dtype=object),
+                         evidence="rank " + worst["rank"].astype(str) + " (the rank with most at stake): "
+                         + worst["evidence"].astype(str))
+    job_found = findings_frame(job_findings(job)).assign(ranks="all")
+    frame = pd.concat([worst.drop(columns=["_stake", "rank"]), job_found], ignore_index=True)
+    frame = frame.assign(_stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
+        "_stake", ascending=False, kind="stable").drop(columns="_stake")
+    statuses = pd.concat([r.table("detectors").frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)])
+    detectors = statuses.groupby("detector", sort=False).apply(_status, include_groups=False).reset_index()
+    detectors = pd.concat([detectors, pd.DataFrame({"detector": ["straggler", "communication"],
+                                                    "status": ["fired" if (job_found["detector"] == d).any()
+                                                               else "silent" for d in ("straggler", "communication")],
+                                                    "missing_data": ["", ""]})], ignore_index=True)
+    fields = (*FIELDS, Field("ranks", "Ranks"))
+    return Report("expert_systems", "expert_systems", (
+        Table("findings", "Expert Systems Feedback", fields, frame[[f.key for f in fields]].reset_index(drop=True)),
+        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors[[f.key for f in DETECTOR_FIELDS]]),
+    ))
+
+
+def _status(rows: pd.DataFrame) -> pd.Series:
+    """A detector's status over ranks: 'fired on ranks 0-2', 'silent', or 'not run' (and why)."""
+    fired = rows[rows["status"] == "fired"]["rank"].to_numpy()
+    if len(fired):
+        return pd.Series({"status": f"fired on ranks {iteration_list(fired)}", "missing_data": ""})
+    missing = rows[rows["status"] == "not run"]
+    if len(missing) == len(rows):
+        return pd.Series({"status": "not run", "missing_data": str(missing["missing_data"].iloc[0])})
+    return pd.Series({"status": "silent", "missing_data": ""})

@@ -1,22 +1,59 @@
-"""Kernel report: one row per kernel (and op, once ops are known) over the aggregated iterations."""
+"""Kernel report: one row per (kernel, op that launched it) over the aggregated iterations.
+
+GPU time is the kernel's duration; API time the duration of the CUDA call that launched it
+(kernels without a launching call have none: their API figures are missing, not zero). With
+--ncu_report, each row also gets the roofline of its ncu-profiled launches (``roofline.RATE_FIELDS``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from ..context import RankContext
 from ..timeline.correlate import KERNEL
-from .base import Report, ReportContext, Section, report, stats, yes_no
+from .base import JobFigures, Report, merges, report
+from .figures import (
+    ANY,
+    COUNT,
+    KEY,
+    SUM,
+    Field,
+    Table,
+    derive_averages,
+    merge_tables,
+    stat_columns,
+    stat_fields,
+    summed_over,
+)
+from .roofline import rate_columns
 
-KEY = ["name_id", "Op ID", "Op Name", "Direction"]
+GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
+API = stat_fields("api_time", "API Time", avg="Avg")
+FIELDS = (
+    Field("kernel_name", "Kernel Name"),
+    Field("op_id", "Op ID"),
+    Field("op_name", "Op Name"),
+    Field("direction", "Direction"),
+    Field("uses_tc", "Uses TC", merge=ANY),
+    *GPU,
+    *API,
+    Field("calls", "Calls", COUNT, merge=SUM),
+    Field("long_kernel_name", "Long Kernel Name", merge=KEY),
+    Field("api_calls", "Calls With A Launch API Call", COUNT, merge=SUM, csv=False),
+    Field("op_key", "Op Key", merge=KEY, csv=False),
+)
+GROUP = ["name_id", "op_key", "op_id", "op_name", "direction"]
 
 
 @report("kernel", requires={"kernels"})
-def build(ctx: ReportContext) -> Report:
-    """Per-kernel GPU and launch-API time (total/avg/min/max) and calls, over the aggregated iterations."""
+def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
+    """Per kernel and op: GPU and launch-API time (total/avg/min/max) and calls, over the aggregated iterations."""
     work = ctx.selected_work
     kernels = work[work["kind"].to_numpy() == KERNEL]
-    ops = pd.DataFrame(ctx.op_columns(kernels.index, ("Op ID", "Op Name", "Direction")), index=kernels.index)
+    ops = pd.DataFrame(ctx.op_columns(kernels.index, ("op_id", "op_name", "direction", "op_key")), index=kernels.index)
     has_api = kernels["api_start"].to_numpy() >= 0
     frame = pd.DataFrame({
         "name_id": kernels["name_id"].to_numpy(),
@@ -25,21 +62,39 @@ def build(ctx: ReportContext) -> Report:
     }, index=kernels.index)
     frame["api"] = frame["api"].mask(~has_api)
     frame = pd.concat([frame, ops], axis=1)
-    gpu = stats(frame, KEY, "gpu", "GPU Time")
-    api = stats(frame, KEY, "api", "API Time")
-    calls = frame.groupby(KEY, sort=False, dropna=False).size().rename("Calls")
-    table = pd.concat([gpu, api, calls], axis=1).reset_index()
-    table = table.sort_values(["Total GPU Time (ns)", "Calls"], ascending=[False, False], kind="stable")
+    grouped = frame.groupby(GROUP, sort=False, dropna=False, observed=True)
+    calls = grouped.size()
+    table = pd.DataFrame({
+        **stat_columns(grouped["gpu"], GPU, calls),
+        **stat_columns(grouped["api"], API),
+        "calls": calls,
+        "api_calls": grouped["api"].count(),
+    }).reset_index()
+    table = table.sort_values(["gpu_time_total_ns", "calls"], ascending=[False, False], kind="stable")
 
     strings = ctx.profile.strings
     short_ids = ctx.profile.kernels.drop_duplicates("name_id").set_index("name_id")["short_name_id"]
     name_ids = table["name_id"]
-    table.insert(0, "Kernel Name", strings.decode(name_ids.map(short_ids)).to_numpy())
-    uses_tc = ctx.kernel_uses_tc.reindex(name_ids).fillna(False).to_numpy()
-    table.insert(table.columns.get_loc("Direction") + 1, "Uses TC", yes_no(uses_tc))
-    table["Long Kernel Name"] = strings.decode(name_ids).to_numpy()
-    table = table.drop(columns="name_id").reset_index(drop=True)
-    for column in ("Avg API Time (ns)",):
-        table[column] = table[column].astype("Float64").round(1)
+    table["kernel_name"] = strings.decode(name_ids.map(short_ids)).to_numpy()
+    table["long_kernel_name"] = strings.decode(name_ids).to_numpy()
+    table["uses_tc"] = ctx.uses_tc(name_ids.to_numpy())
+    table["api_time_avg_ns"] = table["api_time_avg_ns"].astype("Float64")
+    frame = table[[f.key for f in FIELDS]].reset_index(drop=True)
+    fields = FIELDS
+    if ctx.options.ncu_report is not None:
+        fields, frame = rate_columns(ctx, fields, frame, ("long_kernel_name", "op_key"))
     warnings = () if len(kernels) else ("kernel: no kernel ran in the aggregated iterations",)
-    return Report("kernel", "kernel", (Section("Kernel Report", table),), warnings=warnings)
+    return Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, frame),), warnings=warnings)
+
+
+@merges("kernel")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Rows of the same kernel and op combine over ranks; times add up over the ranks' GPUs."""
+    table = merge_tables([r.main for r in reports], lambda frame: derive_averages(
+        frame, [("gpu_time_avg_ns", "gpu_time_total_ns", "calls"), ("api_time_avg_ns", "api_time_total_ns",
+                                                                     "api_calls")]))
+    frame = job.renumber_ops(table.frame).sort_values(["gpu_time_total_ns", "calls"], ascending=[False, False],
+                                                      kind="stable")
+    frame["api_time_avg_ns"] = frame["api_time_avg_ns"].astype("Float64")
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("kernel", "kernel", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

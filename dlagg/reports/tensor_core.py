@@ -2,24 +2,46 @@
 
 Times here are sums of kernel durations (memcpy/memset are not kernels and are left out), so
 ``Total GPU Time`` can differ from the detail report's GPU time, which is the union of all the
-op's GPU work. TC Utilization = TC kernel time / total kernel time of the op.
+op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. With --ncu_report,
+Tensor Core use is ncu's measurement where a launch of the kernel was profiled (``RankContext.uses_tc``),
+and a column lists the op's kernels whose measured use differs from the name rules.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pandas as pd
 
+from ..context import RankContext
 from ..timeline.correlate import KERNEL
-from .base import Report, ReportContext, Section, report, yes_no
-from .detail import no_ops_warning
+from .base import JobFigures, Report, merges, report
+from .detail import empty, no_ops_warning
+from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
+from .roofline import TC_MISMATCH, tc_mismatch_names, tc_warning
 
-COLUMNS = ["Op ID", "Op Name", "Direction", "Op Type", "Uses TC", "Total GPU Time (ns)", "TC GPU Time (ns)",
-           "Non-TC GPU Time (ns)", "TC Utilization (%)", "Total Kernel Count", "TC Kernel Count", "TC Kernel Names",
-           "Non-TC Kernel Count", "Non-TC Kernel Names"]
+FIELDS = (
+    Field("op_id", "Op ID"),
+    Field("op_name", "Op Name"),
+    Field("direction", "Direction"),
+    Field("op_type", "Op Type"),
+    Field("uses_tc", "Uses TC", merge=ANY),
+    Field("kernel_time_ns", "Total GPU Time (ns)", NS, merge=SUM),
+    Field("tc_kernel_time_ns", "TC GPU Time (ns)", NS, merge=SUM),
+    Field("non_tc_kernel_time_ns", "Non-TC GPU Time (ns)", NS, merge=SUM),
+    Field("tc_utilization_pct", "TC Utilization (%)", PERCENT, digits=1, merge=DERIVED),
+    Field("kernels", "Total Kernel Count", COUNT, merge=SUM),
+    Field("tc_kernels", "TC Kernel Count", COUNT, merge=SUM),
+    Field("tc_kernel_names", "TC Kernel Names"),
+    Field("non_tc_kernels", "Non-TC Kernel Count", COUNT, merge=SUM),
+    Field("non_tc_kernel_names", "Non-TC Kernel Names"),
+    Field("op_key", "Op Key", merge=KEY, csv=False),
+    Field("order", "Order Of First Appearance", merge=MIN, csv=False),
+)
 
 
-def _kernel_names(ctx: ReportContext, keys: pd.Index) -> tuple[pd.Series, pd.Series]:
+def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Series]:
     """Per op key: distinct short names of its TC kernels and of its other kernels, sorted, ', '-joined."""
     work = ctx.work
     instance = ctx.ops.work_instance
@@ -27,7 +49,7 @@ def _kernel_names(ctx: ReportContext, keys: pd.Index) -> tuple[pd.Series, pd.Ser
     mine = (work["kind"].to_numpy() == KERNEL) & np.isin(instance, selected.index.to_numpy())
     key = ctx.ops.instances["key"].to_numpy()[instance[mine]]
     rows = ctx.profile.kernels["short_name_id"].to_numpy()[work["row"].to_numpy()[mine]]
-    tc = ctx.kernel_uses_tc.reindex(work["name_id"].to_numpy()[mine]).fillna(False).to_numpy(dtype=bool)
+    tc = ctx.uses_tc(work["name_id"].to_numpy()[mine])
     pairs = pd.DataFrame({"key": key, "short": rows, "tc": tc}).drop_duplicates()
     pairs = pairs[pairs["key"].isin(keys)]
     pairs["name"] = ctx.profile.strings.decode(pairs["short"]).to_numpy()
@@ -39,15 +61,16 @@ def _kernel_names(ctx: ReportContext, keys: pd.Index) -> tuple[pd.Series, pd.Ser
 
 
 @report("tensor", file_suffix="tensor_core", requires={"kernels"})
-def build(ctx: ReportContext) -> Report:
+def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per Tensor-Core-eligible op: TC and non-TC kernel time, TC utilization, kernel counts and names."""
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
+    fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
     if eligible.empty:
-        table = pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS})
         warning = ("tensor: no Tensor-Core-eligible op (convolution, matmul/linear, attention, RNN) ran in "
                    "the aggregated iterations",) if len(inst) else no_ops_warning(ctx, "tensor")
-        return Report("tensor", "tensor_core", (Section("Tensor Core Report", table),), warnings=warning)
+        return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields, empty(fields)),),
+                      warnings=warning + tc_warning(ctx))
     grouped = eligible.groupby("key", sort=False)
     sums = grouped[["kernel_time", "tc_kernel_time", "kernels", "tc_kernels"]].sum()
     ops = ctx.ops.ops.reindex(sums.index)
@@ -55,22 +78,52 @@ def build(ctx: ReportContext) -> Report:
     total = sums["kernel_time"].to_numpy()
     tc_time = sums["tc_kernel_time"].to_numpy()
     table = pd.DataFrame({
-        "Op ID": ops["op_id"].to_numpy(),
-        "Op Name": ops["op_name"].to_numpy(),
-        "Direction": ops["direction"].to_numpy(),
-        "Op Type": ops["op_type"].to_numpy(),
-        "Uses TC": yes_no(tc_time > 0),
-        "Total GPU Time (ns)": total,
-        "TC GPU Time (ns)": tc_time,
-        "Non-TC GPU Time (ns)": total - tc_time,
-        "TC Utilization (%)": np.round(100.0 * tc_time / np.where(total > 0, total, 1), 1),
-        "Total Kernel Count": sums["kernels"].to_numpy(),
-        "TC Kernel Count": sums["tc_kernels"].to_numpy(),
-        "TC Kernel Names": tc_names.reindex(sums.index).fillna("").to_numpy(),
-        "Non-TC Kernel Count": (sums["kernels"] - sums["tc_kernels"]).to_numpy(),
-        "Non-TC Kernel Names": other_names.reindex(sums.index).fillna("").to_numpy(),
-        "_first": ops["first_start"].to_numpy(),
+        "op_id": ops["op_id"].to_numpy(),
+        "op_name": ops["op_name"].to_numpy(),
+        "direction": ops["direction"].to_numpy(),
+        "op_type": ops["op_type"].to_numpy(),
+        "uses_tc": tc_time > 0,
+        "kernel_time_ns": total,
+        "tc_kernel_time_ns": tc_time,
+        "non_tc_kernel_time_ns": total - tc_time,
+        "tc_utilization_pct": 100.0 * tc_time / np.where(total > 0, total, 1),
+        "kernels": sums["kernels"].to_numpy(),
+        "tc_kernels": sums["tc_kernels"].to_numpy(),
+        "tc_kernel_names": tc_names.reindex(sums.index).fillna("").to_numpy(),
+        "non_tc_kernels": (sums["kernels"] - sums["tc_kernels"]).to_numpy(),
+        "non_tc_kernel_names": other_names.reindex(sums.index).fillna("").to_numpy(),
+        "op_key": ops["op_key"].to_numpy(),
+        "order": ops["order"].to_numpy(),
     })
-    table = table.sort_values(["Total GPU Time (ns)", "_first"], ascending=[False, True], kind="stable")
-    table = table.drop(columns="_first").reset_index(drop=True)
-    return Report("tensor", "tensor_core", (Section("Tensor Core Report", table),))
+    if ctx.options.ncu_report is not None:
+        table[TC_MISMATCH.key] = tc_mismatch_names(ctx, sums.index)
+    table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
+    return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields,
+                                                  table[[f.key for f in fields]].reset_index(drop=True)),),
+                  warnings=tc_warning(ctx))
+
+
+def _union_names(values: pd.Series) -> str:
+    """', '-joined kernel-name lists of several ranks as one sorted list of distinct names."""
+    return ", ".join(sorted({n for v in values for n in str(v).split(", ") if n}))
+
+
+@merges("tensor")
+def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """The same op combines over ranks: kernel times and counts add up, kernel names are united."""
+    frames = [r.main.frame for r in reports]
+    stacked = pd.concat(frames, ignore_index=True)
+    names = stacked.groupby("op_key", sort=False)[["tc_kernel_names", "non_tc_kernel_names"]].agg(_union_names)
+
+    def derive(frame: pd.DataFrame) -> pd.DataFrame:
+        total = frame["kernel_time_ns"].to_numpy()
+        tc = frame["tc_kernel_time_ns"].to_numpy()
+        out = frame.assign(tc_utilization_pct=100.0 * tc / np.where(total > 0, total, 1))
+        return out.assign(tc_kernel_names=names["tc_kernel_names"].reindex(out["op_key"]).to_numpy(),
+                          non_tc_kernel_names=names["non_tc_kernel_names"].reindex(out["op_key"]).to_numpy())
+
+    table = merge_tables([r.main for r in reports], derive)
+    frame = job.renumber_ops(table.frame).sort_values(["kernel_time_ns", "order"], ascending=[False, True],
+                                                      kind="stable")
+    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
+    return Report("tensor", "tensor_core", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

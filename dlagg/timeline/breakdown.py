@@ -22,6 +22,8 @@ follows DLProf's attribution by launch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -32,6 +34,16 @@ from .correlate import KERNEL
 from .iterations import key_instances
 
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu")
+# DLProf's name of each class's share of the wall clock (the summary's lines; the last is the remainder).
+CLASS_LABELS = {
+    "tc_kernel": "Tensor Core Kernel Duration %",
+    "kernel": "Non-Tensor Core Kernel Duration %",
+    "memory": "Memory Duration %",
+    "dataloader": "Dataloader Duration %",
+    "io": "IO Duration %",
+    "cpu": "CPU Duration %",
+    "other": "Other Duration %",
+}
 
 
 def _cpu_ranges(profile: Profile, iterations: Iterations, rng: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -59,13 +71,14 @@ def _union(*parts: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarra
     return intervals.merge(np.concatenate([m[0] for m in merged]), np.concatenate([m[1] for m in merged]))
 
 
-def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_tc: pd.Series) -> pd.DataFrame:
+def time_breakdown(profile: Profile, iterations: Iterations, work: pd.DataFrame,
+                   uses_tc: Callable[[np.ndarray], np.ndarray]) -> pd.DataFrame:
     starts = iterations.starts
     ends = iterations.ends
     kind = work["kind"].to_numpy()
     is_kernel = kind == KERNEL
     tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc.reindex(work["name_id"].to_numpy()[is_kernel]).fillna(False).to_numpy(dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
     w_start = work["start"].to_numpy()
     w_end = work["end"].to_numpy()
 

@@ -1,4 +1,4 @@
-"""Writers: CSV, JSON (and TensorBoard event files). Importing this package registers them."""
+"""Writers: CSV, JSON, TensorBoard event files and the PNGs reports draw. Importing this package registers them."""
 
 from __future__ import annotations
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..reports.base import Report, ReportContext
+from ..reports.base import Report
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,9 @@ class RunInfo:
     iteration_window_ns: tuple[int, int]
     profile_name: str
     dlagg_version: str
-    # The run's profile, iterations, options and shared frames, for writers that need more than the
-    # requested reports (TensorBoard charts every iteration whichever reports were asked for).
-    context: ReportContext | None = field(default=None, compare=False, repr=False)
+    gpu_names: tuple[str, ...] = ()
+    reports: tuple[str, ...] = ()  # the reports the user asked for (a writer may be given more)
+    ranks: tuple[int, ...] = (0,)  # the ranks the outputs describe
 
 
 class Writer(Protocol):
@@ -38,6 +38,8 @@ class Writer(Protocol):
     # True: one file per report, so a report can be written alone as soon as it is built;
     # False: the writer needs every report of the run at once.
     per_report: bool
+    # Reports the writer needs besides the requested ones (built for it, not written as files).
+    needs: tuple[str, ...]
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         """Every path `write` will create (checked for --force before anything is read)."""
@@ -61,6 +63,20 @@ def writer(name: str) -> Callable[[type], type]:
     return register
 
 
+def _read_umask() -> int:
+    umask = os.umask(0)  # the only way to read it is to set it: done once, at import, before any writer thread
+    os.umask(umask)
+    return umask
+
+
+UMASK = _read_umask()
+
+
+def usual_permissions(path: Path, mode: int) -> None:
+    """Give an output made private by mkstemp/mkdtemp the permissions a plain open() would have."""
+    os.chmod(path, mode & ~UMASK)
+
+
 def atomic_write(path: Path, content: str | bytes | Iterable[str | bytes | memoryview]) -> None:
     """Write `content` (text, bytes, or pieces of either, in order) to `path` via a temporary file
     in the same folder and an atomic rename. Pieces let big reports stream out without one huge
@@ -70,9 +86,7 @@ def atomic_write(path: Path, content: str | bytes | Iterable[str | bytes | memor
         with os.fdopen(fd, "wb") as handle:
             for piece in [content] if isinstance(content, (str, bytes)) else content:
                 handle.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the usual permissions
+        usual_permissions(Path(tmp), 0o666)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

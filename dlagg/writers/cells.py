@@ -1,6 +1,10 @@
-"""Report tables as text cells, column by column, for the CSV and JSON writers.
+"""Figure tables as text cells, column by column, for the CSV, JSON and Markdown writers.
 
-Contract: ``Cells(table, style)`` prepares every column of a report table once, then
+This is where figures get their display form: a float is shown with its field's ``digits``
+(correctly rounded, as Python's format does), a boolean as the style's yes/no, a missing value as
+the style's blank.
+
+Contract: ``Cells(table, style)`` prepares every column of a `figures.Table` once, then
 ``cells.lines(first, stop, ...)`` returns the bytes of rows ``first..stop-1``, one line per row.
 Everything is vectorised with Arrow compute; Python touches each *distinct* string at most once:
 categorical columns (kernel and op names repeated over 100 k rows) have their categories
@@ -12,13 +16,15 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ..reports.figures import Field
 
 STRING = pa.large_string()  # row texts of a chunk can pass 2 GiB in a huge report: 64-bit offsets
 
@@ -57,14 +63,14 @@ class Style:
     true: str
     false: str
     integer: Callable[[int], str]
-    number: Callable[[float], str]
+    number: Callable[[float, int | None], str]  # a float shown with `digits` decimals (None: the style's default)
     text: Callable[[str], str]  # one string
     texts: Callable[[pa.Array], pa.Array] | None = None  # a column of strings, vectorised (nulls stay null)
     separator: str = ","
     prefix: str = ""
     suffix: str = "\n"
 
-    def value(self, value: object) -> str:
+    def value(self, value: object, digits: int | None = None) -> str:
         """One value of any type."""
         if is_missing(value):
             return self.missing
@@ -73,10 +79,10 @@ class Style:
         if isinstance(value, (int, np.integer)):
             return self.integer(int(value))
         if isinstance(value, (float, np.floating)):
-            return self.number(float(value))
+            return self.number(float(value), digits)
         return self.text(str(value))
 
-    def cells(self, column: pd.Series) -> pa.Array:
+    def cells(self, column: pd.Series, digits: int | None = None) -> pa.Array:
         """A (non-categorical) column as cell texts, nulls where values are missing."""
         dtype = column.dtype
         if pd.api.types.is_bool_dtype(dtype):
@@ -84,7 +90,7 @@ class Style:
         if pd.api.types.is_integer_dtype(dtype):  # digits in every style
             return pc.cast(_arrow(column), STRING)
         if pd.api.types.is_float_dtype(dtype):
-            return _per_value(column, lambda v: self.number(float(v)))  # type: ignore[arg-type]
+            return _per_value(column, lambda v: self.number(float(v), digits))  # type: ignore[arg-type]
         if self.texts is not None and _is_text(column):
             return self.texts(_arrow(column, STRING))
         return _per_value(column, self.value)  # mixed object column (key/value sections): a few cells
@@ -108,40 +114,50 @@ def _json_texts(text: pa.Array) -> pa.Array:
     return pa.array([_json_text(v) for v in encoded.dictionary.to_pylist()], type=STRING).take(encoded.indices)
 
 
-# DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no, strings quoted.
-CSV = Style(missing="", true="yes", false="no", integer=str, number="{:.1f}".format, text=_csv_text,
+def _fixed(value: float, digits: int | None) -> str:
+    return f"{value:.{1 if digits is None else digits}f}"
+
+
+def _exact(value: float, digits: int | None) -> str:
+    return json.dumps(value)
+
+
+# DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no and strings quoted.
+CSV = Style(missing="", true='"yes"', false='"no"', integer=str, number=_fixed, text=_csv_text,
             texts=_csv_texts)
-JSON = Style(missing="null", true="true", false="false", integer=str, number=json.dumps, text=_json_text,
+# JSON carries the figures themselves: floats unrounded, booleans as booleans.
+JSON = Style(missing="null", true="true", false="false", integer=str, number=_exact, text=_json_text,
              texts=_json_texts, prefix="[", suffix="],")
 
 
 class Cells:
-    """A report table ready to be written chunk by chunk in a style."""
+    """A figure table's columns (`fields`, in that order) ready to be written chunk by chunk in a style."""
 
-    def __init__(self, table: pd.DataFrame, style: Style) -> None:
+    def __init__(self, frame: pd.DataFrame, fields: Sequence[Field], style: Style) -> None:
         self.style = style
-        self.rows = len(table)
-        self.columns: list[tuple[pa.Array, np.ndarray] | pa.Array | pd.Series] = []
-        for name in table.columns:
-            column = table[name]
+        self.rows = len(frame)
+        self.columns: list[tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, int | None]] = []
+        for field in fields:
+            column = frame[field.key]
             dtype = column.dtype
             if isinstance(dtype, pd.CategoricalDtype):  # categories formatted once for the table
                 values = column.array
                 categories = pd.Series(np.asarray(values.categories, dtype=object), dtype=object)
-                self.columns.append((style.cells(categories).cast(STRING), np.asarray(values.codes)))
+                self.columns.append((style.cells(categories, field.digits).cast(STRING), np.asarray(values.codes)))
             elif pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
-                self.columns.append(_arrow(column))  # the same digits in both styles; sliced per chunk
+                self.columns.append(_arrow(column))  # the same digits in every style; sliced per chunk
             else:
-                self.columns.append(column)
+                self.columns.append((column, field.digits))
 
-    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pa.Array | pd.Series, first: int, stop: int) -> pa.Array:
-        if isinstance(column, tuple):
-            formatted, codes = column
-            part = codes[first:stop]
-            return formatted.take(pa.array(part, mask=part < 0)) if (part < 0).any() else formatted.take(part)
+    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, int | None], first: int,
+               stop: int) -> pa.Array:
         if isinstance(column, pa.Array):
             return pc.cast(column.slice(first, stop - first), STRING)
-        return self.style.cells(column.iloc[first:stop])
+        values, detail = column
+        if isinstance(values, pd.Series):
+            return self.style.cells(values.iloc[first:stop], detail)
+        part = detail[first:stop]  # codes into the formatted categories
+        return values.take(pa.array(part, mask=part < 0)) if (part < 0).any() else values.take(part)
 
     def lines(self, first: int, stop: int) -> pa.Buffer:
         """The bytes of rows first..stop-1: ``prefix + cells joined by separator + suffix`` each.

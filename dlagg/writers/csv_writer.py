@@ -1,7 +1,9 @@
-"""CSV in DLProf v1.8's layout: per section a title line, a header, rows; blank line between sections.
+"""CSV in DLProf v1.8's layout: per table a title line, a header, rows; blank line between tables.
 
-Integers as integers (ns), averages and percentages with one decimal, strings double-quoted,
-missing values empty. Formatting is column-wise (vectorised, ``cells.py``), never per row.
+Integers as integers (ns), floats with their field's decimals (one for averages and percentages),
+booleans as "yes"/"no", strings double-quoted, missing values empty; a key/value table is one
+``"title",value`` line per figure. Tables marked ``csv=False`` (figures DLProf's files do not have)
+and fields marked ``csv=False`` are left out. Formatting is column-wise (``cells.py``), never per row.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..reports.base import Report, Section
+from ..reports.base import Report
+from ..reports.figures import Table
 from .base import RunInfo, atomic_write, report_path, writer
 from .cells import CSV, Cells
 
@@ -24,30 +27,32 @@ def _header_cell(text: str) -> str:
     return CSV.value(text) if ("," in text or '"' in text) else text
 
 
-def section_chunks(section: Section) -> Iterator[str | memoryview]:
-    """The section's text in pieces of at most CHUNK_ROWS rows (title and header first)."""
-    table = section.table
-    head = [_header_cell(section.title)]
-    if section.header:
-        head.append(",".join(_header_cell(str(c)) for c in table.columns))
-    yield "\n".join(head) + "\n"
-    if len(table.columns) == 0:
+def table_chunks(table: Table) -> Iterator[str | memoryview]:
+    """The table's text in pieces of at most CHUNK_ROWS rows (title and header first)."""
+    fields = table.csv_fields()
+    if table.key_value:
+        values = table.values
+        yield "\n".join([_header_cell(table.title)]
+                        + [f"{CSV.value(f.title)},{CSV.value(values[f.key], f.digits)}" for f in fields]) + "\n"
         return
-    cells = Cells(table, CSV)
+    yield _header_cell(table.title) + "\n" + ",".join(_header_cell(f.title) for f in fields) + "\n"
+    if not fields:
+        return
+    cells = Cells(table.frame, fields, CSV)
     for first in range(0, len(table), CHUNK_ROWS):
         yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))
 
 
-def format_section(section: Section) -> str:
-    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in section_chunks(section))
+def format_table(table: Table) -> str:
+    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in table_chunks(table))
 
 
 def report_chunks(report: Report) -> Iterator[str | memoryview]:
-    """A report's CSV: its sections separated by blank lines."""
-    for k, section in enumerate(report.sections):
+    """A report's CSV: its CSV tables separated by blank lines."""
+    for k, table in enumerate(t for t in report.tables if t.csv):
         if k:
             yield "\n"
-        yield from section_chunks(section)
+        yield from table_chunks(table)
 
 
 @writer("csv")
@@ -56,6 +61,7 @@ class CsvWriter:
 
     name = "csv"
     per_report = True
+    needs = ()
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "csv") for suffix in file_suffixes]

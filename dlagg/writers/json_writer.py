@@ -1,13 +1,15 @@
-"""JSON: the same tables as the CSV, self-describing.
+"""JSON: every figure of a report, with its stable key, title and unit.
 
-    {"format": "dlagg-report", "format_version": 1, "report": "kernel",
+    {"format": "dlagg-report", "format_version": 2, "report": "kernel",
      "dlagg_version": ..., "source": ..., "nsys_version": ...,
      "key_node": ..., "key_node_reason": ..., "iterations": {"total", "start", "stop", "window_ns"},
-     "warnings": [...], "scalars": {...},
-     "sections": [{"title": ..., "columns": [{"name", "unit", "type"}], "rows": [[...], ...]}]}
+     "warnings": [...],
+     "tables": [{"key": "kernels", "title": "Kernel Report", "key_value": false, "csv": true,
+                 "fields": [{"key", "title", "unit", "digits", "csv", "type"}], "rows": [[...], ...]}]}
 
-Units come from the column names (``(ns)``, ``%``); rows are arrays in column order, missing
-values are ``null``. Cells are formatted column by column (``cells.py``), never row by row.
+Unlike the CSV, values are the figures themselves: floats unrounded, booleans true/false, missing
+values null, and tables and fields the CSV leaves out are here too. A key/value table has one row.
+Cells are formatted column by column (``cells.py``), never row by row.
 """
 
 from __future__ import annotations
@@ -18,22 +20,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..reports.base import Report, Section
+from ..reports.base import Report
+from ..reports.figures import Table
 from .base import RunInfo, atomic_write, report_path, writer
 from .cells import JSON, Cells
 
 # Rows serialised and written at a time: bounds the writer's memory whatever the table size.
 CHUNK_ROWS = 4096
 
-FORMAT_VERSION = 1
-
-
-def _unit(name: str) -> str | None:
-    if "(ns)" in name:
-        return "ns"
-    if "%" in name:
-        return "percent"
-    return None
+FORMAT_VERSION = 2
 
 
 def _type(column: pd.Series) -> str:
@@ -49,23 +44,20 @@ def _type(column: pd.Series) -> str:
     return "string" if kind in ("string", "empty") else "mixed"
 
 
-def section_chunks(section: Section) -> Iterator[str | memoryview]:
-    """The section's JSON object in pieces: head, then rows CHUNK_ROWS at a time."""
-    table = section.table
-    columns = [{"name": str(c), "unit": _unit(str(c)), "type": _type(table[c])} for c in table.columns]
-    head = json.dumps({"title": section.title, "key_value": not section.header, "columns": columns})
+def table_chunks(table: Table) -> Iterator[str | memoryview]:
+    """The table's JSON object in pieces: head, then rows CHUNK_ROWS at a time."""
+    fields = [{"key": f.key, "title": f.title, "unit": f.unit or None, "digits": f.digits, "csv": f.csv,
+               "type": _type(table.frame[f.key])} for f in table.fields]
+    head = json.dumps({"key": table.key, "title": table.title, "key_value": table.key_value, "csv": table.csv,
+                       "fields": fields})
     yield head[:-1] + ', "rows": ['
-    if len(table.columns):
-        cells = Cells(table, JSON)
+    if table.fields:
+        cells = Cells(table.frame, table.fields, JSON)
         for first in range(0, len(table), CHUNK_ROWS):
             if first:
                 yield ","
             yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))[:-1]  # the last row's comma
     yield "]}"
-
-
-def section_json(section: Section) -> str:
-    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in section_chunks(section))
 
 
 def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
@@ -86,26 +78,22 @@ def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
             "window_ns": list(info.iteration_window_ns),
         },
         "warnings": list(report.warnings),
-        "scalars": dict(report.scalars),
     }
-    yield json.dumps(head)[:-1] + ', "sections": ['
-    for k, section in enumerate(report.sections):
+    yield json.dumps(head)[:-1] + ', "tables": ['
+    for k, table in enumerate(report.tables):
         if k:
             yield ", "
-        yield from section_chunks(section)
+        yield from table_chunks(table)
     yield "]}\n"
-
-
-def report_json(report: Report, info: RunInfo) -> str:
-    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in report_chunks(report, info))
 
 
 @writer("json")
 class JsonWriter:
-    """One JSON file per report: metadata, columns with units, rows."""
+    """One JSON file per report: metadata, then every table's fields (key, title, unit) and rows."""
 
     name = "json"
     per_report = True
+    needs = ()
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "json") for suffix in file_suffixes]

@@ -1,7 +1,8 @@
 """TensorBoard event files: per-iteration scalars, a custom-scalars layout, Markdown report dashboards.
 
-Contract: ``write(reports, out_dir, info)`` with ``out_dir = <output_path>/<tb_dir>`` and
-``info.context`` set (the pipeline passes its ``ReportContext``). It writes one TensorBoard run per
+Contract: ``write(reports, out_dir, info)`` with ``out_dir = <output_path>/<tb_dir>``; `reports`
+include the summary, whose per-iteration figures are charted whichever reports were asked for
+(dashboards show the reports named in ``info.reports``). It writes one TensorBoard run per
 profile, so several profiles sit side by side under one ``--logdir``:
 
     <out_dir>/<profile_name>/events.out.tfevents.*                     run "<profile_name>"
@@ -19,6 +20,9 @@ Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps 
     iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
     other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
 Text tags (one Markdown table per tag): run/metadata, run/warnings, <report>/<section title>.
+Image tags (the PNGs a report draws, as TensorBoard's image summaries): <report>/<image key>, e.g.
+roofline/kernels and roofline/op_types. Without the summary (an ncu report alone, no nsys export)
+the run holds only these and the text dashboards.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
@@ -40,10 +44,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OutputError
-from ..reports.base import Report, ReportContext, Section
-from ..timeline.breakdown import CLASSES
-from ..timeline.correlate import KERNEL
-from .base import RunInfo, writer
+from ..reports.base import Report
+from ..reports.figures import Field, Table
+from ..reports.summary import PARTITION
+from .base import RunInfo, usual_permissions, writer
 from .cells import Style
 
 # Sub-runs (TensorBoard's runs are folders) for the iterations outside the aggregated range.
@@ -82,62 +86,76 @@ SCALAR_DESCRIPTIONS = {
                               "(first active class wins; the classes sum to the iteration time)."
        for name, title in DURATION_TITLES.items()},
 }
+# The ranks report's per-iteration figures, charted per rank (one TensorBoard run per rank).
+RANK_TAGS = {
+    "compute_kernel_ns": "ranks/compute_kernel_ms",
+    "comm_kernel_ns": "ranks/communication_kernel_ms",
+    "comm_wait_ns": "ranks/communication_wait_ms",
+    "exposed_comm_ns": "ranks/exposed_communication_ms",
+    "gpu_idle_ns": "ranks/gpu_idle_ms",
+    "launch_lateness_ns": "ranks/launch_lateness_ms",
+}
+SCALAR_DESCRIPTIONS.update({
+    "ranks/compute_kernel_ms": "Union of the compute (not communication) kernels in the iteration, ms.",
+    "ranks/communication_kernel_ms": "Union of the communication (NCCL) kernels in the iteration, ms.",
+    "ranks/communication_wait_ms": "This rank's waits at the iteration's collectives (its duration minus the "
+                                   "collective's shortest over ranks), ms.",
+    "ranks/exposed_communication_ms": "Communication kernel time not overlapped by compute kernels, ms.",
+    "ranks/gpu_idle_ms": "Time of the iteration with no kernel, copy or memset running, ms.",
+    "ranks/launch_lateness_ms": "How late this rank arrived at the iteration's collectives (its kernel start minus "
+                                "the earliest rank's, job clock), summed, ms.",
+})
 OP_TYPE_PREFIX = "op_type_gpu_ms/"
 OP_TYPE_DESCRIPTION = ("GPU time of the calls of this op type starting in the iteration (per call: union of its "
                        "kernels and memory operations, as in the op_type report), ms.")
 
 
-def iteration_scalars(ctx: ReportContext) -> pd.DataFrame:
-    """Per-iteration scalar values: index = iteration, one column per tag (NaN where undefined)."""
-    bd = ctx.breakdown
-    duration = bd["duration"].to_numpy(dtype=np.float64)
-    frame = pd.DataFrame(index=pd.Index(bd["iteration"].to_numpy(), name="iteration"))
+def _of_rank(table: Table, rank: int | None) -> pd.DataFrame:
+    """A per-iteration table's rows of one rank (all rows when the table has no rank column)."""
+    frame = table.frame
+    return frame[frame["rank"].to_numpy() == rank] if rank is not None and "rank" in frame else frame
+
+
+def iteration_scalars(summary: Report, rank: int | None = None, ranks: Report | None = None) -> pd.DataFrame:
+    """Per-iteration scalar values from the summary's per-iteration figures (of one rank of several):
+    index = iteration, one column per tag (NaN where undefined); with the ranks report, the rank's
+    communication figures too."""
+    its = _of_rank(summary.table("iterations"), rank)
+    duration = its["duration_ns"].to_numpy(dtype=np.float64)
+    frame = pd.DataFrame(index=pd.Index(its["iteration"].to_numpy(), name="iteration"))
     frame["iteration/time_ms"] = duration / NS_PER_MS
+    kernel_ns = its["kernel_time_ns"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["iteration/gpu_utilization_pct"] = np.where(
-            duration > 0, 100.0 * bd["gpu_busy"].to_numpy(dtype=np.float64) / duration, np.nan)
-
-    work = ctx.work
-    iteration = work["iteration"].to_numpy()
-    kernels = (work["kind"].to_numpy() == KERNEL) & (iteration >= 0)
-    name_ids = work["name_id"].to_numpy()[kernels]
-    tc = ctx.kernel_uses_tc.reindex(name_ids).fillna(False).to_numpy(dtype=bool)
-    gpu = (work["end"] - work["start"]).to_numpy()[kernels].astype(np.float64)
-    k_iter = iteration[kernels]
-    all_ns = np.bincount(k_iter, weights=gpu, minlength=len(bd))[: len(bd)]
-    tc_ns = np.bincount(k_iter[tc], weights=gpu[tc], minlength=len(bd))[: len(bd)]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frame["iteration/tensor_core_kernel_pct"] = np.where(all_ns > 0, 100.0 * tc_ns / all_ns, np.nan)
-    frame["iteration/kernel_count"] = bd["kernel_count"].to_numpy(dtype=np.float64)
-    for name in (*CLASSES, "other"):
-        frame[f"duration_ms/{name}"] = bd[name].to_numpy(dtype=np.float64) / NS_PER_MS
-    ops = op_type_scalars(ctx)
+            duration > 0, 100.0 * its["gpu_busy_ns"].to_numpy(dtype=np.float64) / duration, np.nan)
+        frame["iteration/tensor_core_kernel_pct"] = np.where(
+            kernel_ns > 0, 100.0 * its["tc_kernel_time_ns"].to_numpy(dtype=np.float64) / kernel_ns, np.nan)
+    frame["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
+    for name in PARTITION:
+        frame[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    if ranks is not None and rank is not None:
+        comm = _of_rank(ranks.table("iterations"), rank).set_index("iteration")
+        for key, tag in RANK_TAGS.items():
+            frame[tag] = comm[key].reindex(frame.index).to_numpy(dtype=np.float64) / NS_PER_MS
+    ops = op_type_scalars(summary, rank)
     # An iteration without a charted op type spent no GPU time in it: 0, not a gap.
     return frame.join(ops).fillna({column: 0.0 for column in ops.columns})
 
 
-def op_type_scalars(ctx: ReportContext) -> pd.DataFrame:
-    """GPU time per iteration of the top op types (empty frame when no op is known).
-
-    As in the op_type report: an op call's GPU time is the union of its kernels and memory
-    operations, and the call belongs to the iteration in which it starts.
-    """
-    instances = ctx.ops.instances
-    iteration = instances["iteration"].to_numpy()
-    known = iteration >= 0
-    if not known.any():
+def op_type_scalars(summary: Report, rank: int | None = None) -> pd.DataFrame:
+    """GPU time per iteration of the top op types (empty frame when no op is known)."""
+    per = _of_rank(summary.table("op_type_iterations"), rank)
+    if per.empty:
         return pd.DataFrame(index=pd.Index([], name="iteration"))
-    type_of_op, types = pd.factorize(ctx.ops.ops["op_type"].to_numpy(dtype=object), sort=True)  # a few thousand
-    type_code = pd.Series(type_of_op, index=ctx.ops.ops.index).reindex(instances["key"].to_numpy()[known])
-    count = len(ctx.iterations.ends)
-    cell = iteration[known] * len(types) + type_code.to_numpy()
-    per = np.bincount(cell, weights=instances["gpu"].to_numpy()[known], minlength=count * len(types))
-    per = per.reshape(count, len(types))
-    selected = per[ctx.iterations.in_selection(np.arange(count))].sum(axis=0)
-    top = np.argsort(-selected, kind="stable")[:TOP_OP_TYPES]  # ties: by name
-    used = np.flatnonzero(np.bincount(iteration[known], minlength=count) > 0)  # iterations where some op ran
-    return pd.DataFrame(per[np.ix_(used, top)] / NS_PER_MS, index=pd.Index(used, name="iteration"),
-                        columns=[f"{OP_TYPE_PREFIX}{types[k]}" for k in top])
+    aggregated = _of_rank(summary.table("iterations"), rank)
+    selected = set(aggregated["iteration"].to_numpy()[aggregated["aggregated"].to_numpy(dtype=bool)].tolist())
+    wide = per.pivot_table(index="iteration", columns="op_type", values="gpu_time_ns", aggfunc="sum", fill_value=0)
+    wide = wide.reindex(sorted(wide.columns), axis=1)  # ties: by name
+    totals = wide[wide.index.isin(selected)].sum(axis=0).to_numpy()
+    top = np.argsort(-totals, kind="stable")[:TOP_OP_TYPES]
+    chosen = wide.iloc[:, top].astype(np.float64) / NS_PER_MS
+    chosen.columns = [f"{OP_TYPE_PREFIX}{name}" for name in chosen.columns]
+    return chosen.rename_axis("iteration")
 
 
 # --- Markdown -----------------------------------------------------------------------------------
@@ -152,44 +170,50 @@ def md_escape(text: str) -> str:
 
 
 # Markdown table cells: the CSV's values with thousands separators, text escaped.
-MARKDOWN = Style(missing="", true="yes", false="no", integer="{:,}".format, number="{:,.1f}".format, text=md_escape)
-md_cell = MARKDOWN.value
+MARKDOWN = Style(missing="", true="yes", false="no", integer="{:,}".format,
+                 number=lambda value, digits: f"{value:,.{1 if digits is None else digits}f}", text=md_escape)
 
 
-def md_table(table: pd.DataFrame, note: str = "") -> str:
-    """One Markdown table (numbers right-aligned); `note` is a line above it."""
-    # Columns empty in every row (op columns before ops are known) carry nothing.
-    columns = [c for c in table.columns if not TEXT_SKIP_COLUMNS.fullmatch(str(c))
-               and not table[c].isna().all() and not (table[c].astype(str) == "").all()]
-    numeric = [pd.api.types.is_numeric_dtype(table[c].dtype) and not pd.api.types.is_bool_dtype(table[c].dtype)
-               for c in columns]
+def md_table(titles: list[str], rows: list[list[str]], numeric: list[bool], note: str = "") -> str:
+    """One Markdown table of formatted cells (numbers right-aligned); `note` is a line above it."""
     lines = [f"_{md_escape(note)}_", ""] if note else []
-    lines.append("| " + " | ".join(md_escape(str(c)) for c in columns) + " |")
+    lines.append("| " + " | ".join(md_escape(t) for t in titles) + " |")
     lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
-    for row in table[columns].itertuples(index=False):  # at most TEXT_ROWS rows
-        lines.append("| " + " | ".join(md_cell(v) for v in row) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def section_markdown(section: Section) -> str:
-    table = section.table
-    if len(table) > TEXT_ROWS:
-        note = f"first {TEXT_ROWS} of {len(table):,} rows; the full table is in the CSV/JSON report"
-        return md_table(table.head(TEXT_ROWS), note)
-    return md_table(table)
+def _numeric(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype)
 
 
-def metadata_table(info: RunInfo, reports: Sequence[Report]) -> pd.DataFrame:
-    ctx = info.context
-    assert ctx is not None
-    gpus = ctx.profile.gpus
-    gpu_names = ", ".join(str(n) for n in gpus["name"]) if len(gpus) else "(none recorded)"
+def table_markdown(table: Table) -> str:
+    """A figure table as Markdown: at most TEXT_ROWS rows, without the columns a card cannot show."""
+    if table.key_value:
+        values = table.values
+        cells = [[md_escape(f.title), MARKDOWN.value(values[f.key], f.digits)] for f in table.csv_fields()]
+        return md_table(["Name", "Value"], cells, [False, False])
+    frame = table.frame
+    # Columns empty in every row (op columns before ops are known) carry nothing.
+    fields: list[Field] = [f for f in table.csv_fields() if not TEXT_SKIP_COLUMNS.fullmatch(f.title)
+                           and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
+    note = ""
+    if len(frame) > TEXT_ROWS:
+        note = f"first {TEXT_ROWS} of {len(frame):,} rows; the full table is in the CSV/JSON report"
+        frame = frame.head(TEXT_ROWS)
+    rows = [[MARKDOWN.value(v, f.digits) for v, f in zip(values, fields, strict=True)]
+            for values in frame[[f.key for f in fields]].itertuples(index=False)]  # at most TEXT_ROWS rows
+    return md_table([f.title for f in fields], rows, [_numeric(frame[f.key]) for f in fields], note)
+
+
+def metadata_markdown(info: RunInfo, reports: Sequence[Report]) -> str:
+    gpu_names = ", ".join(info.gpu_names) if info.gpu_names else "(none recorded)"
     first, last = info.iteration_window_ns
     rows = [
         ("Profile name", info.profile_name),
         ("Source file", info.source),
         ("NSys version", info.nsys_version or "(not recorded in the export)"),
-        ("GPUs", f"{len(gpus)}: {gpu_names}"),
+        ("GPUs", f"{len(info.gpu_names)}: {gpu_names}"),
         ("Key node", info.key_node or "(not found)"),
         ("Key node chosen by", info.key_node_reason),
         ("Iterations", info.iterations_total),
@@ -198,20 +222,21 @@ def metadata_table(info: RunInfo, reports: Sequence[Report]) -> pd.DataFrame:
         ("Reports", ", ".join(r.name for r in reports)),
         ("dlagg version", info.dlagg_version),
     ]
-    return pd.DataFrame({"Name": [r[0] for r in rows], "Value": pd.Series([r[1] for r in rows], dtype=object)})
+    return md_table(["Name", "Value"], [[md_escape(n), MARKDOWN.value(v)] for n, v in rows], [False, False])
 
 
 def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
     """Text tag -> Markdown, in display order."""
-    texts = {"run/metadata": md_table(metadata_table(info, reports))}
+    texts = {"run/metadata": metadata_markdown(info, reports)}
     warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:
         if report.name in TEXT_SKIP_REPORTS:
             continue
-        for section in report.sections:
-            texts[f"{report.name}/{section.title}"] = section_markdown(section)
+        for table in report.tables:
+            if table.csv:
+                texts[f"{report.name}/{table.title}"] = table_markdown(table)
     return texts
 
 
@@ -225,7 +250,17 @@ def scalars_layout(tags: Sequence[str]):  # -> layout_pb2.Layout (imported lazil
     def chart(title: str, *patterns: str) -> layout_pb2.Chart:
         return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
 
-    categories = [
+    categories = []
+    if any(t.startswith("ranks/") for t in tags):  # several ranks: each chart has a line per rank (run)
+        categories.append(layout_pb2.Category(title="Ranks", chart=[
+            chart("Iteration time per rank (ms)", r"^iteration/time_ms$"),
+            chart("Communication wait per rank (ms)", r"^ranks/communication_wait_ms$"),
+            chart("Launch lateness per rank (ms)", r"^ranks/launch_lateness_ms$"),
+            chart("Exposed communication per rank (ms)", r"^ranks/exposed_communication_ms$"),
+            chart("Compute kernels per rank (ms)", r"^ranks/compute_kernel_ms$"),
+            chart("GPU idle per rank (ms)", r"^ranks/gpu_idle_ms$"),
+        ]))
+    categories += [
         layout_pb2.Category(title="Iterations", chart=[
             chart("Iteration time (ms)", r"^iteration/time_ms$"),
             chart("GPU utilization (%)", r"^iteration/gpu_utilization_pct$"),
@@ -296,21 +331,32 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
 
 
 def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], wall_time: float) -> list:
-    """Step 0: the text dashboards and the custom-scalars layout."""
+    """Step 0: the text dashboards, the reports' images and the custom-scalars layout (when there are scalars)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
+    from tensorboard.plugins.image import metadata as image_metadata
     from tensorboard.plugins.text.summary_v2 import text_pb
     from tensorboard.util import tensor_util
 
     summary = summary_pb2.Summary()
     for tag, markdown in text_dashboards(reports, info).items():
         summary.value.extend(text_pb(tag, markdown).value)
-    # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
-    summary.value.add(
-        tag=layout_metadata.CONFIG_SUMMARY_TAG,
-        metadata=layout_metadata.create_summary_metadata(),
-        tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
-    )
+    for report in reports:
+        for image in report.images:
+            # the value tensorboard's image summary makes ([width, height, PNG] strings), without TensorFlow
+            width, height = image.size
+            summary.value.add(
+                tag=f"{report.name}/{image.key}",
+                metadata=image_metadata.create_summary_metadata(display_name=image.title, description=image.title),
+                tensor=tensor_util.make_tensor_proto([str(width).encode(), str(height).encode(), image.png],
+                                                     dtype=np.object_))
+    if tags:
+        # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
+        summary.value.add(
+            tag=layout_metadata.CONFIG_SUMMARY_TAG,
+            metadata=layout_metadata.create_summary_metadata(),
+            tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
+        )
     return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
 
 
@@ -331,35 +377,42 @@ class TensorboardWriter:
 
     name = "tensorboard"
     per_report = False
+    needs = ("summary",)
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [out_dir / profile_name]
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
-        ctx = info.context
-        if ctx is None:
-            raise TypeError("the TensorBoard writer needs RunInfo.context (the run's ReportContext)")
-        values = iteration_scalars(ctx)
-        steps = values.index.to_numpy()
+        summary = next((r for r in reports if r.name == "summary"), None)
+        if summary is None and not any(r.images for r in reports):
+            raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
+        ranks = next((r for r in reports if r.name == "ranks"), None)
+        several = summary is not None and "rank" in summary.table("iterations").frame
         wall_time = time.time()
-        main_events = _static_events(reports, info, list(values.columns), wall_time)
-        main_events += _scalar_events(values[ctx.iterations.in_selection(steps)], wall_time)
-        outside = {BEFORE_RUN: values[steps < ctx.iterations.start], AFTER_RUN: values[steps > ctx.iterations.stop]}
+        shown = [r for r in reports if r.name in info.reports]
+        runs: dict[str, list] = {}  # run folder (relative) -> events
+        tags: list[str] = []
+        for rank in (info.ranks if several else (None,)) if summary is not None else ():  # ranks, not events
+            values = iteration_scalars(summary, rank, ranks)
+            steps = values.index.to_numpy()
+            tags += [t for t in values.columns if t not in tags]
+            folder = f"rank{rank}" if several else ""
+            runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
+            outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
+            for run, part in outside:
+                if len(part):
+                    runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
+        runs[""] = _static_events(shown, info, tags, wall_time) + runs.get("", [])
         final = out_dir / info.profile_name
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
-            umask = os.umask(0)
-            os.umask(umask)
-            staging.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the run folder gets the usual permissions
+            usual_permissions(staging, 0o777)  # mkdtemp makes 0700
         except OSError as exc:
             raise OutputError(f"{out_dir}: cannot create the event-file folder ({exc.strerror}); "
                               "choose another --output_path or --tb_dir") from None
         try:
-            written = [_write_run(staging, main_events)]
-            for run, part in outside.items():
-                if len(part):
-                    written.append(_write_run(staging / run, _scalar_events(part, wall_time)))
+            written = [_write_run(staging / run if run else staging, events) for run, events in runs.items()]
             _swap_in(staging, final)
         except OSError as exc:
             raise OutputError(f"{final}: cannot write TensorBoard event files ({exc.strerror}); "

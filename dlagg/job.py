@@ -1,0 +1,268 @@
+"""A job of ranks: each rank reduced to figures where it is read (map), then combined (reduce).
+
+Contract:
+
+- ``reduce_rank(source, options, names, ...) -> RankFigures`` reads one rank (a file, or one
+  process of a file), finds its iterations and builds the reports `names` for it. It is a pure
+  function of its arguments, picklable, and returns no event table: it runs in this process, in a
+  worker process or on a Dask worker alike.
+- ``map_ranks(job, task, workers, scheduler) -> list[RankFigures]`` runs the task for every rank: in
+  this process (one worker, or one rank), on a local process pool, or on a Dask distributed cluster.
+- ``combine(ranks, job, names) -> dict[str, Report]`` is the small reduce: clocks aligned and
+  collectives matched (``comm.match``), every report's ranks merged (its ``@merges`` function), and
+  the job reports built.
+
+With one rank the job's reports are that rank's, unchanged.
+
+An Nsight Compute report (``--ncu_report``) measured one process: it is analysed on one rank,
+``options.ncu_rank`` (``with_ncu_rank`` sets it: ``--ncu_rank``, else the job's first rank), whose
+reports carry its figures; combined reports take that rank's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+import pandas as pd
+
+from .comm import RankInput, match_collectives, rank_comm
+from .context import RankContext
+from .errors import DlaggError, OptionsError
+from .log import Log, peak_mb
+from .model import Iterations
+from .options import Options
+from .reader import load_profile
+from .reader.discover import Job, RankSource
+from .reports import REPORTS, Report
+from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
+from .reports.roofline import tc_warning
+from .timeline.iterations import detect_iterations
+
+OPS_INDEX = ["op_key", "op_type", "order", "forward_op_key"]
+
+
+def key_node_warning(its: Iterations, has_nvtx: bool) -> str | None:
+    """The warning for a rank whose key node was not found (None when it was)."""
+    if its.found:
+        return None
+    if has_nvtx:
+        hint = f"; candidates: {', '.join(its.candidates)}" if its.candidates else ""
+        todo = f"set --key_node to the NVTX range of one training step{hint}"
+    else:
+        todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
+    return f"{its.reason}: the whole profile is one iteration 0; {todo}"
+
+
+def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
+                several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
+                log: Log | None = None) -> RankFigures:
+    """One rank's figures (see the module docstring). `several`: one rank of several, which may have
+    fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
+    report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
+    iterations): an in-process run writes the report while the next is built."""
+    began = time.perf_counter()
+    log = log or Log(0)
+    with log.stage(f"read {source.path.name}"):
+        profile = load_profile(source.path, source.process)
+    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
+               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
+               f"nsys {profile.meta.nsys_version or 'version unknown'}")
+    where = f" ({source.path.name}, rank {source.rank})" if several else ""
+    try:
+        iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop,
+                                       clamp=several)
+    except OptionsError as exc:
+        raise OptionsError(f"{exc}{where}") from None
+    warnings: list[str] = list(profile.meta.warnings)
+    missing = key_node_warning(iterations, len(profile.nvtx) > 0)
+    if missing:
+        warnings.append(f"{missing}{where}")
+    if several and options.iter_stop is not None and iterations.stop < options.iter_stop:
+        warnings.append(f"rank {source.rank} ({source.path.name}) has {iterations.count} iterations: it aggregates "
+                        f"{iterations.start} to {iterations.stop}, not to --iter_stop={options.iter_stop}")
+    if iterations.found:
+        log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
+                 f"aggregating {iterations.start} to {iterations.stop}{where}")
+    ctx = RankContext(profile, iterations, options, rank=source.rank)
+    if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
+        with log.stage(f"read and matched {os.path.basename(str(options.ncu_report))}"):
+            roof, match = ctx.roofline, ctx.roofline_match
+        assert roof is not None and match is not None
+        warnings += [*roof.warnings, *tc_warning(ctx)]
+        if not match.unmatched_names:  # else a warning says it
+            log.info(f"{match.summary()}{where}")
+    reports: dict[str, Report] = {}
+    so_far = RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
+                         ops=pd.DataFrame(), comm=None, warnings=(), seconds=0.0)
+    for name in build_order(names):
+        spec = REPORTS[name]
+        if spec.scope == JOB or (NCU in spec.inputs and not ctx.has_roofline):  # the ncu report is another rank's
+            continue
+        empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
+        if empty:
+            warnings.append(f"{name} report not written: {profile.meta.source} has no CUDA {', '.join(empty)} "
+                            "(was the run profiled with 'nsys profile -t cuda'?)")
+            continue
+        with log.stage(f"built {name} report"):
+            reports[name] = spec.build(ctx, {dep: reports[dep] for dep in spec.depends})
+        if on_report is not None:
+            on_report(reports[name], so_far)
+    ops = ctx.ops.ops[OPS_INDEX].reset_index(drop=True) if "ops" in ctx.__dict__ else pd.DataFrame(
+        {c: pd.Series(dtype=object) for c in OPS_INDEX})
+    communication = rank_comm(ctx) if comm else None
+    return RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
+                       ops=ops, comm=communication, warnings=tuple(warnings), seconds=time.perf_counter() - began,
+                       peak_mb=peak_mb())
+
+
+def default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: int | None = None,
+              scheduler: str | None = None, initializer: Callable[[], None] | None = None,
+              log: Log | None = None) -> list[RankFigures]:
+    """`task` for every rank of `job`, ordered by rank (see the module docstring for where it runs)."""
+    log = log or Log(0)
+    sources = list(job.sources)
+    if scheduler:
+        results = _on_dask(sources, task, scheduler, log)
+    else:
+        count = min(workers or default_workers(), len(sources))
+        if count <= 1:
+            results = []
+            for source in sources:  # ranks, not events
+                results.append(task(source))
+                _done(results[-1], len(results), len(sources), log)
+        else:
+            results = _on_pool(sources, task, count, initializer, log)
+    return sorted(results, key=lambda r: r.source.rank)
+
+
+def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
+    if total > 1:
+        log.info(f"rank {figures.source.rank} ({figures.source.path.name}): {figures.iterations.count} iterations, "
+                 f"reduced in {figures.seconds:.2f} s ({done}/{total})")
+        log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it {figures.peak_mb:,.0f} MB")
+
+
+def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], count: int,
+             initializer: Callable[[], None] | None, log: Log) -> list[RankFigures]:
+    """A local process pool. The fork server starts with dlagg imported, so each worker starts in
+    milliseconds and without the parent's threads and memory."""
+    context: Any = multiprocessing.get_context("forkserver" if "forkserver" in
+                                               multiprocessing.get_all_start_methods() else "spawn")
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(["dlagg.job"])
+    results: list[RankFigures] = []
+    with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=initializer) as pool:
+        jobs = [pool.submit(task, source) for source in sources]
+        try:
+            for job in as_completed(jobs):  # ranks, not events
+                results.append(job.result())
+                _done(results[-1], len(results), len(sources), log)
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
+    return results
+
+
+def dask_client(address: str) -> Any:
+    """A client of the Dask distributed scheduler at `address` (dask is an optional extra)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise OptionsError("--scheduler needs Dask distributed: pip install 'dlagg[dask]' (or leave --scheduler out "
+                           "to use a local process pool)") from None
+    try:
+        return Client(address, timeout="10s")
+    except (OSError, TimeoutError) as exc:
+        raise OptionsError(f"--scheduler {address}: cannot connect to the Dask scheduler ({exc}); check the address "
+                           "(tcp://host:8786) and that the scheduler runs") from None
+
+
+def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures], address: str,
+             log: Log) -> list[RankFigures]:
+    """A Dask distributed cluster: each worker reads its ranks' files from its own path."""
+    from distributed import as_completed as dask_completed
+
+    client = dask_client(address)
+    try:
+        futures = client.map(task, sources, pure=False)
+        results: list[RankFigures] = []
+        for future in dask_completed(futures):  # ranks, not events
+            try:
+                results.append(future.result())
+            except DlaggError:
+                raise
+            except Exception as exc:  # a worker's failure: say which rank
+                raise RuntimeError(f"a Dask worker failed on a rank: {type(exc).__name__}: {exc}") from exc
+            _done(results[-1], len(results), len(sources), log)
+        return results
+    finally:
+        client.close()
+
+
+def communication_needed(job: Job, names: Iterable[str]) -> bool:
+    """Whether ranks must reduce their communication: several ranks, or a job report was asked for."""
+    return len(job.sources) > 1 or any(REPORTS[n].scope == JOB for n in names)
+
+
+def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str]) -> tuple[JobFigures, dict[str, Report]]:
+    """The job's reports from its ranks' (see the module docstring)."""
+    matched = None
+    if all(r.comm is not None for r in ranks):
+        matched = match_collectives([RankInput(r.source.rank, str(r.source.path), r.meta.session_start_utc, r.comm)
+                                    for r in ranks])  # type: ignore[arg-type]
+    figures = JobFigures(job, tuple(ranks), matched)
+    built: dict[str, Report] = {}
+    for name in build_order(names):
+        spec = REPORTS[name]
+        deps = {dep: built[dep] for dep in spec.depends if dep in built}
+        if spec.scope == JOB:
+            built[name] = spec.build(figures, deps)  # type: ignore[arg-type]
+            continue
+        parts = [r.reports[name] for r in ranks if name in r.reports]
+        if not parts:
+            continue
+        if len(ranks) == 1:
+            built[name] = parts[0]
+        elif len(parts) < len(ranks):  # some ranks lack the data (a rank without kernels): merge those that have it
+            built[name] = MERGERS[name](parts, _subset(figures, name), deps)
+        else:
+            built[name] = MERGERS[name](parts, figures, deps)
+    return figures, built
+
+
+def _subset(figures: JobFigures, name: str) -> JobFigures:
+    """The job restricted to the ranks that built report `name`."""
+    ranks = tuple(r for r in figures.ranks if name in r.reports)
+    return JobFigures(figures.job, ranks, figures.matched)
+
+
+def with_ncu_rank(options: Options, job: Job) -> Options:
+    """`options` with ``ncu_rank`` set to the rank the ncu report belongs to: the one asked for
+    (checked against the job's ranks), else the job's first rank. Unchanged without an ncu report."""
+    if options.ncu_report is None:
+        return options
+    ranks = [s.rank for s in job.sources]
+    if options.ncu_rank is None:
+        return replace(options, ncu_rank=ranks[0])
+    if options.ncu_rank not in ranks:
+        raise OptionsError(f"--ncu_rank={options.ncu_rank}: the job has no such rank; its ranks are "
+                           f"{', '.join(map(str, ranks))} (pass the rank whose process ncu profiled)")
+    return options
+
+
+def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool) -> Callable[[RankSource],
+                                                                                             RankFigures]:
+    """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask."""
+    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several)

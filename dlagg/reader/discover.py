@@ -1,0 +1,171 @@
+"""Which files, processes, GPUs and ranks a job's exports hold, read before any event table.
+
+Contract: ``input_paths(spec) -> list[Path]`` expands ``--nsys_database`` (one file, a comma list,
+a glob, a folder); ``discover(paths) -> Job`` lists one `RankSource` per rank. A rank is a process
+that ran GPU work (kernels, copies or memsets); a file without any such process is one rank of its
+own (its CPU-side data: a run without CUDA). A file with one such process is read whole, as it
+always was; a file with several is read once per process, each read keeping that process's rows.
+
+Rank numbers: NVIDIA's exports keep the environment of the profiled processes (``RANK=...``) as
+strings, but not which process each one belongs to. So a rank number is taken from the environment
+only when every file holds one GPU process and names exactly one rank (``RANK``, else
+``OMPI_COMM_WORLD_RANK``, ``SLURM_PROCID``, ``PMI_RANK``), all different; otherwise ranks are numbered
+by order of (file, lowest device id). Files are ordered by name with numbers compared as numbers
+(``rank2`` before ``rank10``).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from . import schema
+from .sqlite import Database
+
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
+GPU_TABLES = (schema.KERNELS, schema.MEMCPY, schema.MEMSET)
+# The OS process id inside a globalPid (reference §2.3).
+PID_SHIFT, PID_BITS = 24, 0xFFFFFF
+
+
+@dataclass(frozen=True)
+class RankSource:
+    """Where one rank's events are: a file, and the process to keep (None: the whole file)."""
+
+    path: Path
+    process: int | None  # globalPid; None when the file is read whole
+    pid: int  # OS process id (0 when the file has no GPU process)
+    devices: tuple[int, ...]  # CUDA device ids the process ran GPU work on
+    host: str  # the recording machine's host name ('' when not recorded)
+    rank: int
+
+
+@dataclass(frozen=True)
+class Job:
+    sources: tuple[RankSource, ...]  # ordered by rank
+    files: int
+    processes: int  # processes that called CUDA or ran GPU work
+    numbering: str  # how ranks were numbered, for the log
+
+    @property
+    def gpus(self) -> int:
+        """Distinct GPUs the ranks ran on (a device id per host)."""
+        return len({(s.host, d) for s in self.sources for d in s.devices})
+
+    def describe(self) -> str:
+        ranks = len(self.sources)
+        return (f"{self.files} file{'s' if self.files != 1 else ''}, {self.processes} process"
+                f"{'es' if self.processes != 1 else ''} with CUDA activity, {ranks} rank{'s' if ranks != 1 else ''} "
+                f"on {self.gpus} GPU{'s' if self.gpus != 1 else ''}; {self.numbering}")
+
+
+def _natural(path: Path) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def input_paths(spec: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The files `spec` names: a file, a folder (its ``*.sqlite``), a glob, or a comma list of those."""
+    items = [spec] if isinstance(spec, (str, Path)) else list(spec)
+    parts = [p.strip() for item in items for p in str(item).split(",") if p.strip()]
+    if not parts:
+        raise InputError("--nsys_database: no file given; pass an nsys SQLite export, a folder or a glob")
+    paths: list[Path] = []
+    for part in parts:
+        path = Path(part)
+        if path.is_dir():
+            found = sorted(path.glob("*.sqlite"), key=_natural)
+            if not found:
+                raise InputError(f"{path}: the folder holds no *.sqlite file; pass nsys SQLite exports")
+            paths.extend(found)
+        elif any(ch in part for ch in "*?[") and not path.exists():
+            found = sorted((Path(p) for p in glob.glob(part)), key=_natural)
+            if not found:
+                raise InputError(f"{part}: no file matches; check the pattern (quote it so the shell leaves it)")
+            paths.extend(found)
+        else:
+            paths.append(path)
+    first = {p.resolve(): p for p in reversed(paths)}  # a file named twice is read once
+    return [p for p in paths if first[p.resolve()] is p]
+
+
+@dataclass(frozen=True)
+class _File:
+    path: Path
+    processes: tuple[tuple[int, tuple[int, ...]], ...]  # (globalPid, devices) with GPU work, by lowest device
+    cuda_processes: int
+    host: str
+    env_ranks: tuple[int, ...]  # distinct rank numbers its environment strings name
+
+
+def _probe(path: Path) -> _File:
+    db = Database(path)
+    try:
+        devices: dict[int, set[int]] = {}
+        for table in GPU_TABLES:
+            physical = db.find(table.sources)
+            if physical is None or not {"globalPid", "deviceId"} <= set(db.columns(physical)):
+                continue
+            # (only integer values: the reader drops rows with others, validate.py)
+            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE '
+                                        """typeof("globalPid") = 'integer' AND typeof("deviceId") = 'integer'"""):
+                devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
+        processes = tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
+        runtime = db.find(schema.RUNTIME.sources)
+        callers: set[int] = set(devices)
+        if runtime is not None and "globalTid" in db.columns(runtime):
+            callers |= {int(p) << PID_SHIFT for (p,) in db.query(
+                f'SELECT DISTINCT "globalTid" >> {PID_SHIFT} FROM "{runtime}" '
+                """WHERE typeof("globalTid") = 'integer'""")}  # type: ignore[arg-type]
+        host = ""
+        if "TARGET_INFO_SYSTEM_ENV" in db.tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
+            rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
+            host = str(rows[0][0]) if rows else ""
+        return _File(path, processes, len(callers), host, _env_ranks(db))
+    finally:
+        db.close()
+
+
+def _env_ranks(db: Database) -> tuple[int, ...]:
+    """Distinct rank numbers named by the environment strings of the export (first variable that has any)."""
+    strings = db.find(schema.STRING_TABLES)
+    if strings is None or "value" not in db.columns(strings):  # (the reader says what the table lacks)
+        return ()
+    tests = " OR ".join(f"instr(value, '{name}=') > 0" for name in RANK_VARIABLES)
+    blocks = [str(v) for (v,) in db.query(f'SELECT value FROM "{strings}" WHERE {tests}')]
+    for name in RANK_VARIABLES:  # a handful of variables, over a few environment blocks
+        values = {m.group(1) for block in blocks for m in re.finditer(rf"(?:^|\x00){name}=(\d+)(?:\x00|$)", block)}
+        if values:
+            return tuple(sorted(int(v) for v in values))
+    return ()
+
+
+def discover(paths: Sequence[Path]) -> Job:
+    """The ranks in `paths` (see the module docstring), numbered."""
+    files = [_probe(Path(p)) for p in sorted(paths, key=_natural)]
+    sources: list[tuple[Path, int | None, int, tuple[int, ...], str]] = []
+    for f in files:
+        if len(f.processes) <= 1:  # the whole file is one rank, as a single-GPU run always was
+            pid, devs = f.processes[0] if f.processes else (0, ())
+            sources.append((f.path, None, (pid >> PID_SHIFT) & PID_BITS, devs, f.host))
+        else:
+            sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host) for gpid, devs in f.processes)
+    env = [f.env_ranks[0] for f in files if len(f.env_ranks) == 1 and len(f.processes) <= 1]
+    if len(env) == len(files) == len(sources) > 1 and len(set(env)) == len(env):
+        ranks, numbering = env, "ranks numbered by the RANK variable of each file's environment"
+    else:
+        ranks = list(range(len(sources)))
+        numbering = "ranks numbered by order of (file, lowest GPU device id)"
+        if len(sources) == 1:
+            numbering = "one rank"
+    ordered = sorted(zip(ranks, sources, strict=True), key=lambda item: item[0])
+    return Job(
+        sources=tuple(RankSource(path, process, pid, devs, host, rank)
+                      for rank, (path, process, pid, devs, host) in ordered),
+        files=len(files),
+        processes=sum(max(f.cuda_processes, len(f.processes)) for f in files),
+        numbering=numbering,
+    )

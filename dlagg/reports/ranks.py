@@ -1,0 +1,328 @@
+"""The ranks and collectives reports, and the findings only several ranks together can show.
+
+Built once per job from every rank's figures (``comm`` computed each rank's collectives and
+per-iteration communication figures; ``comm.match`` aligned the clocks and matched collectives).
+
+ranks: one row per rank; figures are per-iteration means over the rank's aggregated iterations:
+
+- Avg Iteration Time: the rank's iteration windows;
+- Compute Kernel Time: union of the kernels that are not communication, inside the window;
+- Communication Kernel Time: union of the communication kernels inside the window;
+- Communication Wait Time: over the collectives launched in the iteration, the rank's duration minus
+  the collective's shortest duration over ranks (its true cost);
+- Exposed Communication Time: communication kernel time not overlapped by compute kernels on that GPU;
+- GPU Idle Time: the window minus the time any kernel, copy or memset runs;
+- Launch Lateness: over the same collectives, the rank's arrival (its kernel's start on the GPU,
+  job clock) minus the earliest rank's;
+- Clock Offset: what was added to the rank's timestamps to put them on the job's clock (the first
+  file's), and Clock Residual: the median distance of its collectives' ends from their median end.
+
+collectives: one row per collective instance and rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..comm.collectives import UNCOVERED, operation
+from ..comm.match import KEY
+from ..expert.base import MEDIUM_SHARE, Finding, iteration_list, ms, pct
+from .base import JOB, JobFigures, Report, report
+from .figures import COUNT, NS, Field, Table
+
+RANK_FIELDS = (
+    Field("rank", "Rank"),
+    Field("file", "File"),
+    Field("pid", "PID"),
+    Field("gpu", "GPU"),
+    Field("iterations", "Iterations", COUNT),
+    Field("iteration_time_ns", "Avg Iteration Time (ns)", NS, digits=1),
+    Field("compute_kernel_ns", "Compute Kernel Time (ns)", NS, digits=1),
+    Field("comm_kernel_ns", "Communication Kernel Time (ns)", NS, digits=1),
+    Field("comm_wait_ns", "Communication Wait Time (ns)", NS, digits=1),
+    Field("exposed_comm_ns", "Exposed Communication Time (ns)", NS, digits=1),
+    Field("gpu_idle_ns", "GPU Idle Time (ns)", NS, digits=1),
+    Field("launch_lateness_ns", "Launch Lateness (ns)", NS, digits=1),
+    Field("clock_offset_ns", "Clock Offset (ns)", NS),
+    Field("clock_residual_ns", "Clock Residual (ns)", NS, digits=1),
+    Field("collectives", "Collectives", COUNT),
+    Field("arrived_last", "Arrived Last", COUNT),
+    Field("host", "Host"),
+)
+ITERATION_FIELDS = (
+    Field("rank", "Rank"),
+    Field("iteration", "Iteration"),
+    Field("duration_ns", "Iteration Time (ns)", NS),
+    Field("compute_kernel_ns", "Compute Kernel Time (ns)", NS, digits=1),
+    Field("comm_kernel_ns", "Communication Kernel Time (ns)", NS, digits=1),
+    Field("comm_wait_ns", "Communication Wait Time (ns)", NS),
+    Field("exposed_comm_ns", "Exposed Communication Time (ns)", NS, digits=1),
+    Field("gpu_idle_ns", "GPU Idle Time (ns)", NS, digits=1),
+    Field("launch_lateness_ns", "Launch Lateness (ns)", NS),
+)
+COLLECTIVE_FIELDS = (
+    Field("iteration", "Iteration"),
+    Field("collective", "Collective"),
+    Field("name", "Name"),
+    Field("nvtx", "NVTX Range"),
+    Field("rank", "Rank"),
+    Field("start_ns", "Start (ns, job clock)", NS),
+    Field("duration_ns", "Duration (ns)", NS),
+    Field("wait_ns", "Wait (ns)", NS),
+    Field("arrived_last", "Arrived Last"),
+    Field("lateness_ns", "Lateness (ns)", NS),
+    Field("stream", "Stream"),
+    Field("operation", "Operation"),
+)
+# A rank is the straggler when it arrives last at more than this share of the collectives...
+STRAGGLER_MIN_LAST = 0.5
+# ... and the others wait for it at least this share of a typical iteration (MEDIUM_SHARE: noise level).
+STRAGGLER_MIN_STAKE = MEDIUM_SHARE
+# Communication that no compute hides, as a share of the iteration, from which it is worth a finding.
+EXPOSED_COMM_MIN_SHARE = 0.1
+
+
+def aggregated_collectives(job: JobFigures) -> pd.DataFrame:
+    """Matched and unmatched collectives of each rank's aggregated iterations (job clock)."""
+    if job.matched is None:
+        return pd.DataFrame(columns=[*KEY, "rank", "nvtx", "start", "end", "duration", "wait", "lateness", "last",
+                                     "matched"])
+    table = job.matched.collectives
+    keep = np.zeros(len(table), dtype=bool)
+    for r in job.ranks:  # ranks, not events
+        mine = table["rank"].to_numpy() == r.source.rank
+        keep |= mine & r.iterations.in_selection(table["iteration"].to_numpy())
+    return table[keep]
+
+
+def rank_table(job: JobFigures) -> pd.DataFrame:
+    colls = aggregated_collectives(job)
+    rows = []
+    residual = job.matched.residual if job.matched else {}
+    for r in job.ranks:  # ranks, not events
+        rank = r.source.rank
+        its = r.iterations
+        n = its.stop - its.start + 1
+        per = r.comm.iterations if r.comm is not None else pd.DataFrame()
+        mine = colls[colls["rank"].to_numpy() == rank]
+        mean = per.mean() if len(per) else pd.Series(dtype=np.float64)
+
+        rows.append({
+            "rank": rank,
+            "file": r.source.path.name,
+            "pid": r.source.pid,
+            "gpu": ",".join(str(d) for d in r.source.devices),
+            "iterations": its.count,
+            "iteration_time_ns": float(mean.get("duration", np.nan)),
+            "compute_kernel_ns": float(mean.get("compute", np.nan)),
+            "comm_kernel_ns": float(mean.get("comm", np.nan)),
+            "comm_wait_ns": float(mine["wait"].sum()) / n,
+            "exposed_comm_ns": float(mean.get("exposed", np.nan)),
+            "gpu_idle_ns": float(mean.get("idle", np.nan)),
+            "launch_lateness_ns": float(mine["lateness"].sum()) / n,
+            "clock_offset_ns": int(job.offsets.get(rank, 0)),
+            "clock_residual_ns": float(residual.get(rank, 0.0)),
+            "collectives": int(len(mine)),
+            "arrived_last": int(mine["last"].sum()),
+            "host": r.source.host,
+        })
+    return pd.DataFrame(rows, columns=[f.key for f in RANK_FIELDS])
+
+
+def iteration_table(job: JobFigures) -> pd.DataFrame:
+    """The ranks report's figures per rank and aggregated iteration (for charts)."""
+    colls = aggregated_collectives(job)
+    per_rank = colls.groupby(["rank", "iteration"])[["wait", "lateness"]].sum()
+    frames = []
+    for r in job.ranks:  # ranks, not events
+        if r.comm is None:
+            continue
+        per = r.comm.iterations
+        sums = per_rank.reindex(pd.MultiIndex.from_arrays([np.full(len(per), r.source.rank), per["iteration"]]))
+        frames.append(pd.DataFrame({
+            "rank": r.source.rank,
+            "iteration": per["iteration"].to_numpy(),
+            "duration_ns": per["duration"].to_numpy(),
+            "compute_kernel_ns": per["compute"].to_numpy(),
+            "comm_kernel_ns": per["comm"].to_numpy(),
+            "comm_wait_ns": sums["wait"].fillna(0).to_numpy(dtype=np.int64),
+            "exposed_comm_ns": per["exposed"].to_numpy(),
+            "gpu_idle_ns": per["idle"].to_numpy(),
+            "launch_lateness_ns": sums["lateness"].fillna(0).to_numpy(dtype=np.int64),
+        }))
+    if not frames:
+        return pd.DataFrame({f.key: pd.Series(dtype=np.int64) for f in ITERATION_FIELDS})
+    return pd.concat(frames, ignore_index=True)[[f.key for f in ITERATION_FIELDS]]
+
+
+@report("ranks", scope=JOB, only_with_ranks=True)
+def build_ranks(job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Per rank: iteration time, compute and communication kernel time, waits, exposed communication, lateness."""
+    warnings = job.matched.warnings if job.matched else ()
+    return Report("ranks", "ranks", (
+        Table("ranks", "Ranks Report", RANK_FIELDS, rank_table(job)),
+        Table("iterations", "Ranks per Iteration", ITERATION_FIELDS, iteration_table(job), csv=False),
+    ), warnings=tuple(warnings))
+
+
+def collective_table(job: JobFigures) -> pd.DataFrame:
+    colls = aggregated_collectives(job)
+    if colls.empty:
+        return pd.DataFrame({f.key: pd.Series(dtype=object) for f in COLLECTIVE_FIELDS})
+    first = colls.groupby(KEY, sort=False)["start"].transform("min")
+    number = (colls.assign(first=first.to_numpy()).drop_duplicates(KEY).sort_values(["iteration", "first"],
+                                                                                    kind="stable"))
+    number["collective"] = number.groupby("iteration").cumcount()
+    order = colls.merge(number[[*KEY, "collective"]], on=KEY, how="left")
+    frame = pd.DataFrame({
+        "iteration": order["iteration"].to_numpy(),
+        "collective": order["collective"].to_numpy(),
+        "name": order["name"].to_numpy(dtype=object),
+        "nvtx": order["nvtx"].to_numpy(dtype=object),
+        "rank": order["rank"].to_numpy(),
+        "start_ns": order["start"].to_numpy(),
+        "duration_ns": order["duration"].to_numpy(),
+        "wait_ns": order["wait"].to_numpy(),
+        "arrived_last": order["last"].to_numpy(dtype=bool),
+        "lateness_ns": order["lateness"].to_numpy(),
+        "stream": order["stream"].to_numpy(),
+        "operation": [operation(n) for n in order["name"].to_numpy(dtype=object)],
+    })
+    return frame.sort_values(["iteration", "collective", "rank"], kind="stable").reset_index(drop=True)
+
+
+@report("collectives", scope=JOB, only_with_ranks=True)
+def build_collectives(job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """Per collective instance and rank: aligned start, duration, wait, and whether the rank arrived last."""
+    frame = collective_table(job)
+    warnings = () if len(frame) else ("collectives: no communication kernel (NCCL, RCCL, NVSHMEM) ran in the "
+                                      "aggregated iterations",)
+    return Report("collectives", "collectives", (Table("collectives", "Collectives Report", COLLECTIVE_FIELDS,
+                                                       frame),), warnings=warnings)
+
+
+# --- findings -----------------------------------------------------------------------------------
+
+def _typical_iteration(job: JobFigures) -> float:
+    its = [r.comm.iterations["duration"].to_numpy(dtype=np.float64) for r in job.ranks if r.comm is not None]
+    values = np.concatenate(its) if its else np.zeros(0)
+    return float(np.median(values)) if len(values) else 0.0
+
+
+def straggler(job: JobFigures) -> list[Finding]:
+    """The rank the others wait for at the collectives, and where in its step it loses the time."""
+    if len(job.ranks) < 2:
+        return []
+    colls = aggregated_collectives(job)
+    colls = colls[colls["matched"].to_numpy(dtype=bool)]
+    if colls.empty:
+        return []
+    n_collectives = colls.drop_duplicates(KEY).shape[0]
+    last = colls[colls["last"].to_numpy(dtype=bool)].groupby("rank").size()
+    rank = int(last.idxmax())
+    share_last = float(last.max()) / n_collectives
+    if share_last <= STRAGGLER_MIN_LAST:
+        return []
+    # waits of the other ranks at the collectives this rank arrived last at, per iteration
+    late = colls[colls["last"].to_numpy(dtype=bool) & (colls["rank"].to_numpy() == rank)][KEY]
+    waited = colls.merge(late, on=KEY)
+    waited = waited[waited["rank"].to_numpy() != rank]
+    others = len(job.ranks) - 1
+    per_iteration = waited.groupby("iteration")["wait"].sum() / others
+    iterations = np.unique(colls["iteration"].to_numpy())
+    per_iteration = per_iteration.reindex(iterations).fillna(0.0)
+    typical = _typical_iteration(job)
+    stake = min(float(np.median(per_iteration.to_numpy())), typical)
+    if stake < STRAGGLER_MIN_STAKE * typical:
+        return []
+    figures = next(r for r in job.ranks if r.source.rank == rank)
+    where = _where_it_loses(job, rank)
+    source = figures.source
+    gpu = ",".join(str(d) for d in source.devices) or "none"
+    return [Finding(
+        detector="straggler",
+        problem=(f"Rank {rank} is a straggler: it arrives last at {share_last:.0%} of the collectives and the other "
+                 f"ranks wait {ms(stake)} per iteration for it"),
+        recommendation=(f"Make rank {rank} as fast as the others: {where[1]} Data-parallel ranks should do the "
+                        "same work: check for uneven batches or sequence lengths, work only this rank does (logging, "
+                        "checkpointing, evaluation on rank 0), a slower GPU or host (clocks, thermal limits, other "
+                        "processes), and compare this rank's kernels with another rank's (--per_rank=true)."),
+        evidence=(f"rank {rank} (GPU {gpu}, {source.path.name}, pid {source.pid}) arrived last at "
+                  f"{int(last.max())} of {n_collectives} collectives; the others wait for it {ms(stake)} in a median "
+                  f"iteration, {ms(float(per_iteration.mean()))} on average (ranks report: Communication Wait Time, "
+                  f"Launch Lateness; collectives report: Arrived Last); {where[0]}"),
+        time_at_stake_ns=stake,
+        estimate=("median per iteration of the other ranks' mean wait at the collectives this rank arrived last at: "
+                  "the step would shorten by about this much if it arrived with the others"),
+        iterations=iteration_list(iterations),
+    )]
+
+
+def _where_it_loses(job: JobFigures, rank: int) -> tuple[str, str]:
+    """(evidence, advice) naming the key node's sub-range where `rank` spends most more than the others."""
+    parts = {r.source.rank: r.comm.parts.groupby("part")["time"].mean() for r in job.ranks
+             if r.comm is not None and len(r.comm.parts)}
+    if rank not in parts or len(parts) < 2:
+        return ("its step has no NVTX sub-ranges to compare with the other ranks'",
+                "add NVTX ranges for the phases of the step (data, forward, backward, optimizer) to see where.")
+    others = pd.concat([p for k, p in parts.items() if k != rank], axis=1).median(axis=1)
+    excess = (parts[rank] - others.reindex(parts[rank].index).fillna(0.0)).sort_values(ascending=False)
+    part, extra = str(excess.index[0]), float(excess.iloc[0])
+    label = "time inside the key range outside every sub-range" if part == UNCOVERED else f"sub-range '{part}'"
+    detail = ", ".join(f"{'outside sub-ranges' if k == UNCOVERED else k} {ms(parts[rank][k])} vs "
+                       f"{ms(float(others.get(k, 0.0)))}" for k in excess.index[:3])
+    return (f"per iteration it spends most more than the other ranks in {label}: {ms(extra)} more (this rank vs "
+            f"the others' median: {detail})",
+            f"its {label} takes {ms(extra)} longer per iteration than on the other ranks; start there.")
+
+
+def communication(job: JobFigures) -> list[Finding]:
+    """Communication that no compute hides: how much is waiting for other ranks, how much is transfer."""
+    per = [r.comm.iterations.assign(rank=r.source.rank) for r in job.ranks if r.comm is not None]
+    if not per:
+        return []
+    frame = pd.concat(per, ignore_index=True)
+    if frame["comm"].sum() == 0:
+        return []
+    typical = _typical_iteration(job)
+    exposed = frame.groupby("iteration")["exposed"].mean()
+    stake = min(float(np.median(exposed.to_numpy())), typical)
+    if stake < EXPOSED_COMM_MIN_SHARE * typical:
+        return []
+    colls = aggregated_collectives(job)
+    n_iterations = frame.groupby("rank").size().max()
+    comm = float(frame["comm"].mean())
+    wait = float(colls["wait"].sum()) / len(job.ranks) / max(n_iterations, 1)
+    transfer = max(comm - wait, 0.0)
+    overlap = 1.0 - float(frame["exposed"].sum()) / float(frame["comm"].sum())
+    if wait >= transfer:
+        recommendation = ("Most communication time is waiting for other ranks, not moving data: balance the ranks' "
+                          "work first (see the straggler finding and the ranks report's Launch Lateness); faster "
+                          "links or NCCL settings would not help while ranks arrive at different times.")
+    else:
+        recommendation = ("Most communication time is transfer that runs while no compute does: overlap it with the "
+                          "backward pass (DistributedDataParallel overlaps gradient all-reduces with backward: tune "
+                          "bucket_cap_mb, keep static_graph/gradient_as_bucket_view on), communicate less often "
+                          "(gradient accumulation with no_sync()), or less (bf16 gradient compression hooks, "
+                          "FSDP/ZeRO sharding); check NCCL's algorithm and transport (NCCL_DEBUG=INFO) for the link.")
+    return [Finding(
+        detector="communication",
+        problem=(f"Communication is exposed: {pct(stake, typical)} of a typical iteration the GPU runs communication "
+                 "kernels and no compute"),
+        recommendation=recommendation,
+        evidence=(f"per iteration and rank (ranks report): communication kernels {ms(comm)}, of which waiting for "
+                  f"other ranks {ms(wait)} and transfer {ms(transfer)}; {overlap:.0%} of the communication time "
+                  f"overlaps compute kernels; exposed {ms(float(frame['exposed'].mean()))} on average"),
+        time_at_stake_ns=stake,
+        estimate=("upper bound: median per iteration of the ranks' mean exposed communication time; hiding all of "
+                  "it behind compute (or removing the waits) saves at most this"),
+        iterations=iteration_list(np.unique(frame["iteration"].to_numpy())),
+    )]
+
+
+def job_findings(job: JobFigures) -> list[Finding]:
+    """The findings only a job's ranks together show."""
+    return [*straggler(job), *communication(job)]
