@@ -23,7 +23,7 @@ from pathlib import Path
 # about one byte per export byte (read frames, op discovery's per-range arrays, the reports).
 # The estimate leaves a margin over both: it is what the out-of-memory line asks for.
 BASE_BYTES = 320 << 20
-PER_EXPORT_BYTE = 1.5
+PER_EXPORT_BYTE = 2.0
 # A reservation may take this share of the room left at most: the reader threads reserve at once.
 RESERVATION_SHARE = 4
 
