@@ -25,7 +25,6 @@ COLUMNS = ('start, COALESCE("end", -1) AS "end", eventType, COALESCE(globalTid, 
            'COALESCE(endGlobalTid, 0) AS endGlobalTid, COALESCE(domainId, 0) AS domainId, '
            'COALESCE(textId, -1) AS textId, text')
 SQL = f"SELECT {COLUMNS} FROM NVTX_EVENTS"
-ONE_BATCH_ROWS = 2**30  # as in dlagg/reader/sqlite.py
 
 
 def _uri(path: Path) -> str:
@@ -40,7 +39,10 @@ def read(method: str, path: Path) -> int:
         from adbc_driver_sqlite import StatementOptions
 
         with adbc.connect(_uri(path)) as conn, conn.cursor() as cursor:
-            cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(ONE_BATCH_ROWS)})
+            # one batch sized to the table (its row-id span), as dlagg/reader/sqlite.py asks
+            cursor.execute("SELECT max(rowid) - min(rowid) + 1 FROM NVTX_EVENTS")
+            rows = max(1, int(cursor.fetchone()[0] or 1))
+            cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
             cursor.execute(SQL)
             table = cursor.fetch_arrow_table()
         frame = pd.DataFrame({name: (pd.array(table.column(name), dtype="str") if name == "text"

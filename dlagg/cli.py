@@ -30,7 +30,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import DlaggError, OptionsError
-from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, glibc
+from .limits import out_of_memory
+from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, one_malloc_arena
 from .options import VERBOSITIES, Baseline, Options
 from .pipeline import check_outputs, run
 from .record import (
@@ -47,8 +48,8 @@ from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS, how_to_open
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
+OUT_OF_MEMORY = 1  # not a bug: the run needs more memory than it was given
 SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
 STRICT = 4  # exit code of a run that gave a warning under --strict=true
 # An unknown option is offered the real ones at least this alike (difflib's ratio; '--output' ->
@@ -431,7 +432,9 @@ def tune_process() -> None:
     """Process-wide allocator choices, made by the command-line tool (a library must leave them alone).
 
     pyarrow's default pool (mimalloc) keeps the pages it frees for itself: the system allocator
-    gave a peak 60-150 MB lower on transformer_amp_large and a faster read. glibc gives each thread
+    gave a peak 60-150 MB lower on transformer_amp_large and a faster read. (This sets the pool of
+    pyarrow's Python calls; Arrow's C++ code takes its own from ARROW_DEFAULT_MEMORY_POOL, which
+    ``python -m dlagg`` and the ``dlagg`` command set before pyarrow loads: dlagg/__main__.py.) glibc gives each thread
     that allocates its own arena, and what one thread frees the others cannot reuse: one arena for
     the reader and writer threads too lowered the peak by another 10 MB at no measurable cost
     (docs/design.md).
@@ -439,14 +442,7 @@ def tune_process() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
-    mallopt = glibc("mallopt")
-    if mallopt is not None:
-        mallopt(M_ARENA_MAX, 1)
-
-
-def _input_name(options: Options) -> str:
-    """The input file a message names: the nsys export, else the ncu report."""
-    return Path(str(options.nsys_database if options.nsys_database is not None else options.ncu_report)).name
+    one_malloc_arena()
 
 
 DEFAULT_REPORTS = ("summary", "expert_systems")
@@ -471,28 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_options(own)
     options = options_from(args, baseline_from(args, parser))
     log = Log(options.level, strict=args.strict)
-    recording = recording_from(args) if program and options.nsys_database is None else None
-    recorded: Recorded | None = None
-    defaults = ""  # the line saying which reports were written without --reports
     try:
-        warnings = option_warnings(args, program, recording is not None)
-        if recording is not None:
-            options = replace(options, nsys_database=recording.sqlite)
-            warnings += trace_warnings(nsys_options(recording))
-        for warning in warnings:
-            log.warn(warning)
-        if log.strict and log.warnings:  # before a long training run, not after it
-            return _strict(log, "nothing was read or run")
-        if options.nsys_database is None and options.ncu_report is None:
-            raise OptionsError(f"nothing to read: pass --nsys_database=run.sqlite (an nsys SQLite export), a program "
-                               f"to run under nsys ({RUNS_PROGRAM}), or --ncu_report=step.csv")
-        options, defaults = with_default_reports(options)
-        tune_process()
-        if recording is not None:
-            nsys = ready(program)
-            check_outputs(options)  # a report in the way is found before the program runs, not after
-            recorded = record(nsys, program, recording, log)
-        result = run(options, log, worker_init=tune_process)
+        return _run(options, log, args, program)
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -500,16 +476,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        source = _input_name(options)
-        print(f"dlagg: error: out of memory on {source}; dlagg needs up to about twice the "
-              "export's size in memory: run it on a machine with more", file=sys.stderr)
-        return INTERNAL
+        print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
+        return OUT_OF_MEMORY
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            return _internal(options, exc)
+        # no room left for a thread's stack: out of memory too
+        print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
+        return OUT_OF_MEMORY
     except Exception as exc:  # a bug: one line, the traceback only when asked for
-        if options.level >= DIAGNOSTIC:
-            traceback.print_exc()
-        print(f"dlagg: internal error on {_input_name(options)}: {type(exc).__name__}: {exc}; "
-              "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
-        return INTERNAL
+        return _internal(options, exc)
+
+
+def _input_path(options: Options) -> Path:
+    """The input file a message names: the nsys export, else the ncu report."""
+    return Path(str(options.nsys_database if options.nsys_database is not None else options.ncu_report))
+
+
+def _run(options: Options, log: Log, args: argparse.Namespace, program: list[str]) -> int:
+    """Record the program when one is given, run the job, and say what was written; the exit status."""
+    recording = recording_from(args) if program and options.nsys_database is None else None
+    warnings = option_warnings(args, program, recording is not None)
+    if recording is not None:
+        options = replace(options, nsys_database=recording.sqlite)
+        warnings += trace_warnings(nsys_options(recording))
+    for warning in warnings:
+        log.warn(warning)
+    if log.strict and log.warnings:  # before a long training run, not after it
+        return _strict(log, "nothing was read or run")
+    if options.nsys_database is None and options.ncu_report is None:
+        raise OptionsError(f"nothing to read: pass --nsys_database=run.sqlite (an nsys SQLite export), a program "
+                           f"to run under nsys ({RUNS_PROGRAM}), or --ncu_report=step.csv")
+    options, defaults = with_default_reports(options)
+    tune_process()
+    recorded: Recorded | None = None
+    if recording is not None:
+        nsys = ready(program)
+        check_outputs(options)  # a report in the way is found before the program runs, not after
+        recorded = record(nsys, program, recording, log)
+    result = run(options, log, worker_init=tune_process)
+    return _finish(result, options, log, args, recorded, defaults)
+
+
+def _finish(result: Any, options: Options, log: Log, args: argparse.Namespace, recorded: Recorded | None,
+            defaults: str) -> int:
+    """What a finished run prints (findings and verdict on stdout, the files on stderr) and its exit status."""
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
@@ -547,6 +558,15 @@ def _strict(log: Log, outputs: str) -> int:
     print(f"dlagg: error: --strict=true: {count} warning{'s' if count != 1 else ''} above, exit status {STRICT}; "
           f"{outputs}", file=sys.stderr)
     return STRICT
+
+
+def _internal(options: Options, exc: Exception) -> int:
+    """A bug: one line, the traceback only when asked for."""
+    if options.level >= DIAGNOSTIC:
+        traceback.print_exception(exc)
+    print(f"dlagg: internal error on {_input_path(options).name}: {type(exc).__name__}: {exc}; "
+          "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
+    return INTERNAL
 
 
 def entry() -> NoReturn:

@@ -181,12 +181,12 @@ def test_an_internal_error_is_one_line_without_traceback(db: Path, tmp_path: Pat
 
 @pytest.mark.parametrize(("raised", "code", "message"), [
     (KeyboardInterrupt(), 130, "dlagg: interrupted; no partial output was left behind\n"),
-    (MemoryError(), 3, "dlagg: error: out of memory on cuda_basic.sqlite; dlagg needs up to about twice the "
-                       "export's size in memory: run it on a machine with more\n"),
+    (MemoryError(), 1, "dlagg: error: out of memory reading cuda_basic.sqlite ("),
 ])
 def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys, monkeypatch, raised: BaseException,
                                                code: int, message: str) -> None:
-    """Ctrl-C exits 130 (128 + SIGINT, the shell convention), out of memory 3, each with one line."""
+    """Ctrl-C exits 130 (128 + SIGINT, the shell convention), out of memory 1 (not a bug: the line says
+    how much address space an export of this size needs, dlagg/limits.py), each with one line."""
     from dlagg import cli
 
     def interrupted(*_args, **_kwargs):
@@ -194,5 +194,7 @@ def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys,
 
     monkeypatch.setattr(cli, "run", interrupted)
     got, out, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", f"--output_path={tmp_path / 'out'}", "-b")
-    assert (got, out, err) == (code, "", message)
+    assert (got, out) == (code, "") and err.startswith(message) and err.count("\n") == 1
+    if isinstance(raised, MemoryError):
+        assert "needs about" in err and "docs/memory.md" in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -335,6 +335,15 @@ def test_forest_parent_and_innermost() -> None:
     assert [names[h] if h >= 0 else None for h in hits] == ["C", "B", "A", "A", "E", None]
 
 
+def test_forest_rows_out_of_start_order_whose_last_row_starts_last() -> None:
+    # nsys writes ranges as they end: inner B[2,3] before its parent A[0,10]; a later top-level
+    # range C[20,30] ends the table. The rows are not in start order although the last one starts last.
+    forest = Forest.build(np.zeros(3, np.int64), np.array([2, 0, 20]), np.array([3, 10, 30]))
+    names = np.array(list("BAC"))[forest.order]
+    parent = {names[i]: (names[p] if p >= 0 else None) for i, p in enumerate(forest.parent)}
+    assert parent == {"A": None, "B": "A", "C": None}
+
+
 def test_union_by_group() -> None:
     group = np.array([0, 0, 0, 1, 1, -1])
     start = np.array([0, 5, 20, 0, 0, 0])

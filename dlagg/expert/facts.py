@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import rows_where
+from ..ops.assign import union_by_group
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
 from .base import quoted
@@ -138,10 +139,17 @@ class Facts:
         """Typical per-iteration time of `rows` during which the device had more work queued.
 
         Making those ops faster shortens the step; the rest of their time the device would only
-        wait longer for the host.
+        wait longer for the host. Time, not a sum of durations: ops running at once (streams,
+        devices) count once, so the figure never exceeds the iteration's GPU work.
         """
-        bound = np.where(rows["next_queued"].to_numpy(), rows["dur"].to_numpy(), 0)
-        return self.typical(bound, rows["iteration"].to_numpy())
+        queued = rows["next_queued"].to_numpy()
+        iteration = rows["iteration"].to_numpy()[queued]
+        first, count = self.iterations.start, len(self.aggregated)
+        if count == 0:
+            return 0.0
+        group = np.where((iteration >= first) & (iteration < first + count), iteration - first, -1)
+        per = union_by_group(group, rows["start"].to_numpy()[queued], rows["end"].to_numpy()[queued], count)
+        return float(np.median(per))
 
     @cached_property
     def host_wait_gaps(self) -> tuple[np.ndarray, np.ndarray]:
@@ -179,7 +187,8 @@ class Facts:
         """The kernels with most GPU time among `kernels`: ('name (share), ...', time per name id)."""
         time = kernels.groupby("name_id", sort=False)["dur"].sum().sort_values(ascending=False, kind="stable")
         whole = float(time.sum()) if total is None else total
-        shown = [f"{self.kernel_labels.get(i, str(i))} ({100.0 * t / whole:.1f}%)"
+        # (zero-length kernels only: no share to show, rather than a division by zero)
+        shown = [f"{self.kernel_labels.get(i, str(i))}" + (f" ({100.0 * t / whole:.1f}%)" if whole > 0 else "")
                  for i, t in time.iloc[:limit].items()]
         more = len(time) - limit
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else ""), time

@@ -115,7 +115,9 @@ def amp(facts: Facts) -> list[Finding]:
     require(len(gpus) > 0, "the GPU's compute capability (no TARGET_INFO_GPU table)")
     mine = gpus[gpus["device_id"].isin(np.unique(kernels["device_id"].to_numpy()))]
     gpus = mine if len(mine) else gpus
-    cc = int(gpus["cc_major"].min())
+    known = gpus["cc_major"].dropna()  # <NA> where the export holds no usable compute capability
+    require(len(known) > 0, "the GPU's compute capability (TARGET_INFO_GPU has none)")
+    cc = int(known.min())
     if cc < TC_MIN_CC:
         return []
     ids = np.unique(kernels["name_id"].to_numpy())

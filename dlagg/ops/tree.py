@@ -88,7 +88,10 @@ class Forest:
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
         order, threads = _order(tid, start, end)
-        if len(threads) != 1 or not (len(order) and order[-1] == len(order) - 1):  # not already in order
+        # a permutation that increases everywhere is the identity: the rows are in order already
+        # (its last element alone says nothing: rows are written by end, a late top-level range
+        # with no children ends the table while earlier rows are out of start order)
+        if len(threads) != 1 or not (order[1:] > order[:-1]).all():
             tid, start, end = tid[order], start[order], end[order]
         depth = np.zeros(len(tid), dtype=np.int32)
         for _, lo, hi in threads:  # threads, not events

@@ -109,14 +109,17 @@ def _probe(path: Path) -> _File:
             physical = db.find(table.sources)
             if physical is None or not {"globalPid", "deviceId"} <= set(db.columns(physical)):
                 continue
-            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}"'):
+            # (only integer values: the reader drops rows with others, validate.py)
+            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE '
+                                        """typeof("globalPid") = 'integer' AND typeof("deviceId") = 'integer'"""):
                 devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
         processes = tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
         runtime = db.find(schema.RUNTIME.sources)
         callers: set[int] = set(devices)
         if runtime is not None and "globalTid" in db.columns(runtime):
             callers |= {int(p) << PID_SHIFT for (p,) in db.query(
-                f'SELECT DISTINCT "globalTid" >> {PID_SHIFT} FROM "{runtime}"')}  # type: ignore[arg-type]
+                f'SELECT DISTINCT "globalTid" >> {PID_SHIFT} FROM "{runtime}" '
+                """WHERE typeof("globalTid") = 'integer'""")}  # type: ignore[arg-type]
         host = ""
         if "TARGET_INFO_SYSTEM_ENV" in db.tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
@@ -129,7 +132,7 @@ def _probe(path: Path) -> _File:
 def _env_ranks(db: Database) -> tuple[int, ...]:
     """Distinct rank numbers named by the environment strings of the export (first variable that has any)."""
     strings = db.find(schema.STRING_TABLES)
-    if strings is None:
+    if strings is None or "value" not in db.columns(strings):  # (the reader says what the table lacks)
         return ()
     tests = " OR ".join(f"instr(value, '{name}=') > 0" for name in RANK_VARIABLES)
     blocks = [str(v) for (v,) in db.query(f'SELECT value FROM "{strings}" WHERE {tests}')]

@@ -33,11 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..model import categorical, factorize_ids
+from .validate import texts as utf8_texts
 
 # The markers emit_nvtx puts after "name[, seq = N]"; both are 10 characters long.
 CUT_MARKERS = (", op_id = ", ", sizes = ")
 CUT_LENGTH = 10
-_SEQ = r"^(?P<head>[^,]*), seq = (?P<seq>\d+)(?:, |$)"
+# (at most 9 digits: a seq number is an int32; longer digit runs are not emit_nvtx's)
+_SEQ = r"^(?P<head>[^,]*), seq = (?P<seq>\d{1,9})(?:, |$)"
 _INPUT_OP_IDS_TAIL = r", input_op_ids = .*$"
 # Rows per SQL query when reading shapes by row id (literal integer lists, no parameters).
 SHAPES_PER_QUERY = 20_000
@@ -60,23 +62,9 @@ def cut_sql(text: str) -> str:
             f"WHEN {sizes} > 0 THEN substr({text}, 1, {sizes} + {CUT_LENGTH - 1}) ELSE {text} END")
 
 
-def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """`values` with invalid UTF-8 (nsys keeps some raw bytes) replaced, as sqlite3 would."""
-    if pa.types.is_null(values.type) or (values.null_count == len(values) and not pa.types.is_string(values.type)):
-        # a column of NULLs only (a process without any NVTX text): the driver may type it as anything
-        return pa.nulls(len(values), pa.string())
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        try:
-            values.validate(full=True)
-            return values
-        except pa.ArrowInvalid:  # rare: some raw bytes (text typed as text, or BLOB values among texts)
-            pass
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    # decoded with replacement characters once per distinct value, in Python, then taken per row
-    encoded = pc.dictionary_encode(values.cast(pa.binary()))
-    texts = [b.decode("utf-8", "replace") for b in encoded.dictionary.to_pylist()]  # distinct values
-    return pa.array(texts, type=pa.string()).take(encoded.indices)
+def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`values` as valid UTF-8 strings whatever their type (validate.texts), for the other readers."""
+    return utf8_texts(values)
 
 
 @dataclass(frozen=True)
@@ -96,9 +84,7 @@ def split_names(cut: pa.Array | pa.ChunkedArray) -> Names:
     across iterations' ranges and between a forward op and its backward node, so an emit_nvtx
     export has about one distinct cut text per five ranges.
     """
-    cut = valid_utf8(cut)
-    if isinstance(cut, pa.ChunkedArray):
-        cut = cut.combine_chunks() if cut.num_chunks != 1 else cut.chunk(0)
+    cut = utf8_texts(cut)  # any type a damaged column holds, as valid UTF-8
     encoded = pc.dictionary_encode(cut)
     rows = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
     texts = encoded.dictionary
@@ -139,7 +125,8 @@ class NvtxDetails:
         def read(lo: int) -> pa.Table:
             ids = ",".join(map(str, wanted[lo:lo + SHAPES_PER_QUERY].tolist()))  # integers we made, not input
             return db.arrow(f'SELECT rowid AS row, substr({self.text}, {sizes} + {CUT_LENGTH}) AS sizes '
-                            f'FROM "{self.table}" WHERE rowid IN ({ids}) AND {sizes} > 0')
+                        f'FROM "{self.table}" WHERE rowid IN ({ids}) AND {sizes} > 0', SHAPES_PER_QUERY,
+                        f", table {self.table}")
 
         # a B-tree seek and a long text per row: worth the reader's threads on big exports
         db = self.connect()
@@ -153,7 +140,7 @@ class NvtxDetails:
             return categorical(np.full(len(rows), -1), [])
         keys = found.column("row").to_numpy().astype(np.int64, copy=False)
         # the list of input shapes ends where emit_nvtx's input_op_ids begin
-        text = pc.replace_substring_regex(valid_utf8(found.column("sizes")), _INPUT_OP_IDS_TAIL, "")
+        text = pc.replace_substring_regex(utf8_texts(found.column("sizes")), _INPUT_OP_IDS_TAIL, "")
         encoded = pc.dictionary_encode(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
         codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         order = np.argsort(keys, kind="stable")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,28 +29,47 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import limits
 from ..errors import InputError
 from ..model import Profile, ProfileMeta, StringTable
 from . import nvtx as nv
 from . import schema
+from . import validate as va
 from .schema import NO_ID, Column, Table
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-# Rows per Arrow batch asked of the ADBC driver: a whole result in one batch, so columns arrive
+# Rows per Arrow batch asked of the ADBC driver: the whole result in one batch, so columns arrive
 # contiguous and numeric ones become numpy arrays with no copy (the default of 1024-row batches
-# costs a concatenation per column and fragments the heap). The driver's maximum is 2**31 - 2.
-ONE_BATCH_ROWS = 2**30
+# costs a concatenation per column and fragments the heap). The driver reserves this many rows of
+# every column up front (8 bytes and a validity bit each) before it reads a row, so the batch is
+# sized to the result (a row-id span, or a count), never to a fixed maximum: a reservation of
+# 2**30 rows per column was 8 GiB of address space per column, which any `ulimit -v` refused, and
+# the driver then freed buffers it had never set up (SIGSEGV). The driver's maximum is 2**31 - 2.
+MAX_BATCH_ROWS = 2**31 - 2
+# A table's row-id span is taken as its row count up to this; beyond it (a sparse or damaged row
+# id), the rows are counted.
+SPAN_TRUSTED = 1 << 24
+# Batches when the address-space room left cannot take a whole-result reservation (limits.py):
+# a concatenation per column then, but no reservation the limit refuses.
+SMALL_BATCH_ROWS = 1 << 16
+# Bytes the driver reserves per result row: 8 per column and a validity bit, for up to 16 columns.
+RESERVED_PER_ROW = 16 * 9
 # NVTX rows per slice: big enough that per-query costs vanish (a slice is a row-id range: SQLite
 # seeks to it), small enough that the slices being parsed (about 16 MB of Arrow data each) stay a
 # small share of the memory budget.
 NVTX_SLICE_ROWS = 1 << 18
+# NVTX row-id spans up to which the rows are taken as dense (columns preallocated over the span).
+NVTX_DENSE_SPAN = 1 << 20
 # Worker threads for the reads; more than the cores only adds memory.
 READ_THREADS = max(1, min(4, os.cpu_count() or 1))
 # Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
 PROCESS_THREADS = 1 << 24
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
-DAMAGED = "{path}: cannot read the database ({exc}); the file may be truncated: {again}"
+DAMAGED = "{path}: cannot read the database ({exc}{what}); the file may be truncated or damaged: {again}"
 AGAIN = "export the nsys report again"  # what to do about a damaged file (nvprof databases: record again)
+WAL = ("{wal}: holds {size:,} bytes of changes that are not in {name} yet (an un-checkpointed write-ahead log), "
+       "and dlagg reads the main file only, read-only; copy both files elsewhere and fold the log into the copy: "
+       "cp {path} {wal} /tmp/ && sqlite3 /tmp/{name} 'PRAGMA wal_checkpoint'; then pass /tmp/{name}")
 
 
 def _uri(path: Path) -> str:
@@ -57,11 +77,26 @@ def _uri(path: Path) -> str:
 
 
 def check_input(path: Path) -> None:
-    """Refuse anything that is not an SQLite file, with one line that says what to do."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the SQLite export of an nsys report with --nsys_database")
-    if path.is_dir():
+    """Refuse anything that is not a regular SQLite file, with one line that says what to do.
+
+    Only regular files (or symlinks to them) are opened: opening a FIFO would wait for a writer
+    forever, a device would be read without end. A non-empty ``-wal`` beside the file holds
+    changes the main file lacks, which the read-only, immutable open would silently ignore.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file; pass the SQLite export of an nsys report with "
+                         "--nsys_database") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror}); check the path and its permissions") from None
+    if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{path}: is a directory; pass the .sqlite file exported by nsys, not its folder")
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+        raise InputError(f"{path}: is {kind}, not a file; dlagg reads a regular .sqlite file: save the export "
+                         "to a file first")
     try:
         with path.open("rb") as handle:
             head = handle.read(len(SQLITE_MAGIC))
@@ -75,6 +110,13 @@ def check_input(path: Path) -> None:
                              + EXPORT_HINT.format(name=path.name))
         raise InputError(f"{path}: is not an SQLite database; pass the file made by "
                          "'nsys export --type sqlite'")
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = wal.stat().st_size if wal.exists() else 0
+    except OSError:
+        size = 0
+    if size > 0:
+        raise InputError(WAL.format(wal=wal, size=size, name=path.name, path=path))
 
 
 class Database:
@@ -98,7 +140,7 @@ class Database:
                 name: None
                 for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
             raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
                              "export the nsys report (or record the nvprof database) again") from None
         self._lock = threading.Lock()
@@ -115,15 +157,31 @@ class Database:
     def columns(self, table: str) -> list[str]:
         with self._lock:
             if self.tables.get(table) is None:
-                self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
+                try:
+                    self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
+                except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
+                    raise InputError(DAMAGED.format(path=self.path, what=f", table {table}", exc=exc,
+                                                    again=self.again)) from None
             return self.tables[table]  # type: ignore[return-value]
 
     def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
+            raise InputError(DAMAGED.format(path=self.path, what="", exc=exc, again=self.again)) from None
+
+    def rows(self, table: str, where: str = "") -> int:
+        """An upper bound of the rows of `table` (its row-id span; counted when the span is huge)."""
+        clause = f" WHERE {where}" if where else ""
+        first = self.query(f'SELECT min(rowid) FROM "{table}"{clause}')[0][0]
+        if first is None:
+            return 0
+        last = self.query(f'SELECT max(rowid) FROM "{table}"{clause}')[0][0]
+        span = int(last) - int(first) + 1  # type: ignore[arg-type]
+        if 0 < span <= SPAN_TRUSTED:
+            return span
+        return int(self.query(f'SELECT count(*) FROM "{table}"{clause}')[0][0])  # type: ignore[arg-type]
 
     def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
         conn = getattr(self._local, "adbc", None)
@@ -143,32 +201,51 @@ class Database:
         finally:
             cursor.close()
 
-    def arrow(self, sql: str) -> pa.Table:
-        """Run `sql` and return an Arrow table (ADBC; sqlite3 fallback on type surprises).
+    def arrow(self, sql: str, rows: int | None = None, what: str = "") -> pa.Table:
+        """Run `sql`, whose result has at most `rows` rows, and return an Arrow table (ADBC; sqlite3
+        fallback on type surprises). `what` (", table X") names the table in error messages.
 
-        One batch first; default batches when one does not fit (a string column over 2 GiB).
+        One batch of `rows` first (when the address space left can take the driver's reservation,
+        limits.py), then the driver's default batches (a string column over 2 GiB).
         """
-        for batch_rows in (ONE_BATCH_ROWS, None):
+        attempts: list[int | None] = [None]
+        if rows is not None:
+            batch = max(1, min(rows, MAX_BATCH_ROWS))
+            if not limits.fits(batch * RESERVED_PER_ROW):
+                batch = min(batch, SMALL_BATCH_ROWS)
+            attempts.insert(0, batch)
+        for batch_rows in attempts:
             try:
                 return self._adbc_table(sql, batch_rows)
+            except MemoryError:
+                raise
             except Exception:  # noqa: BLE001, S112 - any driver failure: try the next, slower path
                 continue
+        return self._sqlite3_table(sql, what)
+
+    def _sqlite3_table(self, sql: str, what: str) -> pa.Table:
+        """`sql` through the standard module: slow, but it takes any mix of value types in a column."""
         conn = sqlite3.connect(_uri(self.path), uri=True)  # this thread's own: the fallback is rare
         conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         try:
             cursor = conn.execute(sql)
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise InputError(DAMAGED.format(path=self.path, exc=exc, again=self.again)) from None
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
+            raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc, again=self.again)) from None
         finally:
             conn.close()
-        return pa.table({n: pa.array([r[i] for r in rows]) for i, n in enumerate(names)})
+        return pa.table({n: _column([r[i] for r in rows]) for i, n in enumerate(names)})
+
+    def missing(self, table: Table, physical: str) -> list[str]:
+        """Columns `table` requires that `physical` lacks."""
+        present = set(self.columns(physical)) | {"rowid"}
+        return [c.source for c in table.required if c.source not in present]
 
     def select(self, table: Table, physical: str, *, extra: str = "", where: str = "") -> str:
         """SQL reading `table`'s declared columns from `physical`, plus `extra`; checks required columns."""
         present = set(self.columns(physical)) | {"rowid"}
-        missing = [c.source for c in table.required if c.source not in present]
+        missing = self.missing(table, physical)
         if missing:
             raise InputError(f"{self.path}: table {physical} lacks column(s) {', '.join(missing)}; "
                              "this does not look like an nsys export")
@@ -193,19 +270,66 @@ class Database:
             return f'"globalTid" >= {int(process)} AND "globalTid" < {int(process) + PROCESS_THREADS}'
         return ""
 
-    def read(self, table: Table, process: int | None = None) -> tuple[pd.DataFrame, str | None]:
-        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent)."""
+    def read(self, table: Table, flaws: va.Flaws | None = None,
+             process: int | None = None) -> tuple[pd.DataFrame, str | None]:
+        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent); all of it, or
+        one process's rows (`process`: its ``globalPid``).
+
+        Rows holding a value that is not an integer, or NULL in a required column, are dropped and
+        counted in `flaws`; a table without a column it requires is an `InputError` (`select`).
+        """
         physical = self.find(table.sources)
         if physical is None:
             return empty_frame(table), None
-        arrow = self.arrow(self.select(table, physical, where=self.process_filter(physical, process)))
-        return frame_of(arrow, table.columns), physical
+        flaws = flaws if flaws is not None else va.Flaws(self.path.name)
+        arrow = self.arrow(self.select(table, physical, where=self.process_filter(physical, process)),
+                           self.rows(physical), f", table {physical}")
+        return frame_of(arrow, table.columns, physical, flaws), physical
 
 
-def frame_of(arrow: pa.Table, columns: Iterable[Column]) -> pd.DataFrame:
-    """The declared columns of `arrow` as a frame of numpy arrays (views of the Arrow buffers)."""
-    return pd.DataFrame({c.name: _as_numpy(arrow.column(c.name), c) for c in columns},
-                        copy=False)  # the arrays are views of the Arrow batch: keep them, do not consolidate
+def _column(values: list[object]) -> pa.Array:
+    """A column of Python values; one whose values mix types (text in an integer column) as text,
+    which the conversion to integers then marks (validate.integers)."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([v if v is None else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                         for v in values], type=pa.string())
+
+
+def frame_of(arrow: pa.Table, columns: Iterable[Column], physical: str = "",
+             flaws: va.Flaws | None = None) -> pd.DataFrame:
+    """The declared columns of `arrow` as a frame of numpy arrays (views of the Arrow buffers when
+    they are one chunk of the right type). Rows with a value that is not an integer, or NULL in a
+    required column, are dropped and counted in `flaws` (each row once, under its first fault)."""
+    data = {}
+    dropped = _Dropped(physical, flaws)
+    for c in columns:
+        converted = va.integers(arrow.column(c.name), c.dtype, c.default)
+        data[c.name] = converted.values
+        dropped.add(converted, c)
+    frame = pd.DataFrame(data, copy=False)  # the arrays are views of the Arrow batch: keep them, do not consolidate
+    return frame if dropped.rows is None else frame[~dropped.rows].reset_index(drop=True)
+
+
+class _Dropped:
+    """Rows dropped for their values, column after column: each counted once, under its first fault."""
+
+    def __init__(self, physical: str, flaws: va.Flaws | None) -> None:
+        self.physical = physical
+        self.flaws = flaws if flaws is not None else va.Flaws("")
+        self.rows: np.ndarray | None = None
+
+    def add(self, converted: va.Converted, column: Column, among: np.ndarray | None = None) -> None:
+        """Count `converted`'s bad values (and NULLs when `column` is required), within `among` rows."""
+        for cause, mask in (("type", converted.bad), ("null", converted.null if column.default is None else None)):
+            if mask is None:
+                continue
+            if among is not None:
+                mask = mask & among
+            fresh = mask if self.rows is None else mask & ~self.rows
+            self.flaws.add(cause, self.physical, int(np.count_nonzero(fresh)), column.source)
+            self.rows = mask.copy() if self.rows is None else self.rows | mask
 
 
 def _select(column: Column, present: set[str]) -> str:
@@ -213,15 +337,6 @@ def _select(column: Column, present: set[str]) -> str:
     if column.source not in present:
         return f"{column.default} AS {column.name}"
     return f'"{column.source}" AS {column.name}'
-
-
-def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
-    """The column as numpy: a view of the Arrow buffer when it is one chunk of the right type."""
-    if array.null_count:
-        array = pc.fill_null(array, column.default if column.default is not None else 0)
-    if pa.types.is_null(array.type):
-        return np.full(len(array), column.default or 0, dtype=column.dtype)
-    return array.to_numpy().astype(column.dtype, copy=False)
 
 
 def empty_frame(table: Table) -> pd.DataFrame:
@@ -247,9 +362,13 @@ _GPU_COLUMNS = {  # dlagg column -> candidate nsys columns, across TARGET_INFO_G
 }
 
 
-def _gpus(db: Database) -> pd.DataFrame:
-    """One row per GPU, from whichever GPU table answers most of the columns."""
-    best: tuple[int, pd.DataFrame] | None = None
+def _gpus(db: Database, flaws: va.Flaws | None = None) -> pd.DataFrame:
+    """One row per GPU, from whichever GPU table answers most of the columns.
+
+    ``device_id`` is int64 (rows without a usable one are dropped and counted), ``name`` a string,
+    the other columns nullable integers (``<NA>`` where the export has no usable value).
+    """
+    best: tuple[int, pd.DataFrame, str, dict[str, str | None]] | None = None
     for physical in schema.GPU_TABLES:
         if physical not in db.tables:
             continue
@@ -258,28 +377,48 @@ def _gpus(db: Database) -> pd.DataFrame:
         if picks["name"] is None or picks["device_id"] is None:
             continue
         select = ", ".join(f'"{col}" AS {key}' if col else f"NULL AS {key}" for key, col in picks.items())
-        frame = pd.DataFrame(db.query(f'SELECT {select} FROM "{physical}"'), columns=list(_GPU_COLUMNS))
+        frame = pd.DataFrame(db.query(f'SELECT {select} FROM "{physical}"'), columns=list(_GPU_COLUMNS), dtype=object)
         score = sum(col is not None for col in picks.values())
         if len(frame) and (best is None or score > best[0]):
-            best = (score, frame)
+            best = (score, frame, physical, picks)
     if best is None:
-        return pd.DataFrame(columns=list(_GPU_COLUMNS))
-    gpus = best[1].drop_duplicates("device_id", keep="first")
-    return gpus.sort_values("device_id", kind="stable").reset_index(drop=True)
+        return pd.DataFrame({"device_id": np.empty(0, np.int64), "name": np.empty(0, object),
+                             **{key: pd.array([], dtype="Int64") for key in list(_GPU_COLUMNS)[2:]}})
+    _, gpus, physical, picks = best
+    columns: dict[str, object] = {}
+    for key in _GPU_COLUMNS:
+        if key == "name":
+            columns[key] = gpus[key].map(lambda v: "" if v is None else v.decode("utf-8", "replace")
+                                         if isinstance(v, bytes) else str(v)).astype(object)
+            continue
+        number = pd.to_numeric(gpus[key].map(lambda v: v if isinstance(v, int | float) else None), errors="coerce")
+        number = number.where(np.isfinite(number) & (number == np.floor(number)) & (number.abs() < 2.0**62))
+        columns[key] = number.astype("Int64")
+    frame = pd.DataFrame(columns)
+    unusable = frame["device_id"].isna().to_numpy()
+    if unusable.any():
+        if flaws is not None:
+            flaws.add("type", physical, int(unusable.sum()), picks["device_id"] or "")
+        frame = frame[~unusable]
+    frame["device_id"] = frame["device_id"].astype(np.int64)
+    frame = frame.drop_duplicates("device_id", keep="first")
+    return frame.sort_values("device_id", kind="stable").reset_index(drop=True)
 
 
 class _NvtxRead:
     """NVTX ranges read in row-id slices into preallocated columns (see reader/nvtx.py).
 
-    Slices are read and parsed on worker threads; ``finish`` unifies their name dictionaries and
-    drops the row ids that held no range (marks, domain rows, gaps).
+    Slices are read, parsed and checked (validate.py: values, negative times, ends before starts)
+    on worker threads; ``finish`` unifies their name dictionaries and drops the row ids that held
+    no usable range (marks, domain rows, gaps, damaged rows).
     """
 
-    def __init__(self, db: Database, strings_table: str, process: int | None = None) -> None:
+    def __init__(self, db: Database, strings_table: str, flaws: va.Flaws, process: int | None = None) -> None:
         self.db = db
-        self.physical = db.find(schema.NVTX.sources)
+        self.flaws = flaws
         self.process = process
-        self.slices: list[tuple[int, int]] = []
+        self.physical = db.find(schema.NVTX.sources)
+        self.slices: list[tuple[int, int, int]] = []  # (first row id, end row id, offset in the columns)
         self.text = "NULL"
         if self.physical is None:
             return
@@ -289,57 +428,97 @@ class _NvtxRead:
         last = db.query(f'SELECT max(rowid) FROM "{self.physical}"')[0][0]
         if first is None:
             return
-        self.first, span = int(first), int(last) - int(first) + 1  # type: ignore[arg-type]
-        count = -(-span // NVTX_SLICE_ROWS)
-        if span >= 100_000:  # big enough to be worth reading on every thread
-            count = max(count, READ_THREADS)
-        bounds = np.linspace(self.first, self.first + span, count + 1).astype(np.int64)
-        self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
+        span = int(last) - int(first) + 1  # type: ignore[arg-type]
+        size = span
+        if span <= 0 or (span > NVTX_DENSE_SPAN and 2 * (count := db.rows(self.physical)) < span):
+            if span <= 0:  # min and max disagree: a damaged b-tree; count what a scan finds
+                count = int(db.query(f'SELECT count(*) FROM "{self.physical}"')[0][0])  # type: ignore[arg-type]
+            # row ids far apart (never in an nsys export: a damaged or rebuilt table): slices of
+            # NVTX_SLICE_ROWS rows each, cut at the row ids that start them
+            ids = np.sort(db.arrow(f'SELECT rowid AS row FROM "{self.physical}"', max(count, 1),
+                                   f", table {self.physical}").column("row").to_numpy())
+            size = len(ids)
+            starts = ids[::NVTX_SLICE_ROWS]
+            ends = np.r_[ids[NVTX_SLICE_ROWS::NVTX_SLICE_ROWS], ids[-1] + 1] if len(ids) else starts
+            self.slices = [(int(lo), int(hi), k * NVTX_SLICE_ROWS) for k, (lo, hi) in enumerate(zip(starts, ends,
+                                                                                                 strict=True))]
+        else:
+            count = -(-span // NVTX_SLICE_ROWS)
+            if span >= 100_000:  # big enough to be worth reading on every thread
+                count = max(count, READ_THREADS)
+            bounds = np.linspace(int(first), int(first) + span, count + 1).astype(np.int64)  # type: ignore[arg-type]
+            self.slices = [(int(lo), int(hi), int(lo) - int(first))  # type: ignore[arg-type]
+                           for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         # Every row is read: a WHERE on the event type costs SQLite more than reading the few
         # rows that are not ranges, which numpy drops.
         self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text")
         # event types and end threads are only looked at here; the frame keeps what they say
-        self.out = {c.name: np.empty(span, dtype=c.dtype) for c in schema.NVTX.columns
+        self.out = {c.name: np.empty(size, dtype=c.dtype) for c in schema.NVTX.columns
                     if c.name not in ("event_type", "end_global_tid")}
-        self.out["crosses_thread"] = np.empty(span, dtype=bool)
-        self.out["row"] = np.empty(span, dtype=np.int32 if int(last) < np.iinfo(np.int32).max else np.int64)
-        self.codes = np.empty(span, dtype=np.int32)
-        self.seq = np.empty(span, dtype=np.int32)
-        self.keep = np.zeros(span, dtype=bool)  # rows that are ranges (not gaps, not domain rows)
+        self.out["crosses_thread"] = np.empty(size, dtype=bool)
+        self.out["row"] = np.empty(size, dtype=np.int32 if int(last) < np.iinfo(np.int32).max else np.int64)
+        self.codes = np.empty(size, dtype=np.int32)
+        self.seq = np.empty(size, dtype=np.int32)
+        self.keep = np.zeros(size, dtype=bool)  # rows that are usable ranges (not gaps, domain rows, damage)
 
-    def read_slice(self, lo: int, hi: int) -> tuple[int, int, nv.Names, dict[int, str]]:
-        """Read rows with lo <= rowid < hi into the columns.
+    def read_slice(self, lo: int, hi: int, offset: int) -> tuple[int, int, nv.Names, dict[int, str]]:
+        """Read rows with lo <= rowid < hi into the columns from `offset` on.
 
         Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
         where = f"rowid >= {lo} AND rowid < {hi}"
         own = self.db.process_filter(self.physical, self.process)  # type: ignore[arg-type]
         where += f" AND {own}" if own else ""
-        arrow = self.db.arrow(f"{self.sql} WHERE {where}")
-        offset, n = lo - self.first, arrow.num_rows
+        arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f", table {self.physical}")
+        n = arrow.num_rows
+        if offset + n > len(self.keep) or (n > hi - lo):  # row ids that are not unique: a damaged b-tree
+            raise InputError(DAMAGED.format(path=self.db.path, what=f", table {self.physical}",
+                                            exc="row ids out of order", again=self.db.again))
+        here = slice(offset, offset + n)
+        dropped = _Dropped(self.physical or "", self.flaws)
+        kind = schema.NVTX.column("event_type")
+        event_type = va.integers(arrow.column(kind.name), kind.dtype, kind.default)
+        dropped.add(event_type, kind)  # a row of unknown kind may have been a range
+        is_range = np.isin(event_type.values, schema.NVTX_RANGE_TYPES)
+        if dropped.rows is not None:
+            is_range &= ~dropped.rows
+        ends_open = None
         for column in schema.NVTX.columns:
+            if column.name == "event_type":
+                continue
+            converted = va.integers(arrow.column(column.name), column.dtype, column.default)
+            dropped.add(converted, column, among=is_range)  # marks and domain rows are not used
+            if column.name == "end":
+                ends_open = converted.null
             if column.name in self.out:
-                self.out[column.name][offset:offset + n] = _as_numpy(arrow.column(column.name), column)
-        end_tid = _as_numpy(arrow.column("end_global_tid"), schema.NVTX.column("end_global_tid"))  # 0: no end thread
-        tid = self.out["global_tid"][offset:offset + n]
-        self.out["crosses_thread"][offset:offset + n] = (end_tid != 0) & (end_tid != tid)
+                self.out[column.name][here] = converted.values
+            else:  # end_global_tid, 0: no end thread
+                tid = self.out["global_tid"][here]
+                self.out["crosses_thread"][here] = (converted.values != 0) & (converted.values != tid)
+        keep = is_range if dropped.rows is None else is_range & ~dropped.rows
+        # times that cannot be (the session bound is checked on the whole frame: validate.py)
+        start, end = self.out["start"][here], self.out["end"][here]
+        checks = va.time_checks(start, end, ends_open, va.MAX_TIME)
+        bad = self.flaws.drop_rows(self.physical or "", {c: checks[c] & keep for c in ("negative", "reversed")})
+        self.keep[here] = keep if bad is None else keep & ~bad
         # Row ids are dense in nsys exports: the slice's rows are lo, lo + 1, ... unless it has holes.
-        rows = self.out["row"][offset:offset + n]
+        rows = self.out["row"][here]
         if n == hi - lo:
             rows[:] = np.arange(lo, hi)
         else:
-            rows[:] = self.db.arrow(f'SELECT rowid AS row FROM "{self.physical}" WHERE {where}').column("row")
+            rows[:] = self.db.arrow(f'SELECT rowid AS row FROM "{self.physical}" WHERE {where}', hi - lo,
+                                    f", table {self.physical}").column("row")
         names = nv.split_names(arrow.column("text"))
-        self.codes[offset:offset + n] = names.codes
-        self.seq[offset:offset + n] = names.seq
-        event_type = _as_numpy(arrow.column("event_type"), schema.NVTX.column("event_type"))
-        is_domain = event_type == schema.NVTX_DOMAIN_CREATE
-        self.keep[offset:offset + n] = np.isin(event_type, schema.NVTX_RANGE_TYPES)
+        self.codes[here] = names.codes
+        self.seq[here] = names.seq
+        is_domain = (event_type.values == schema.NVTX_DOMAIN_CREATE)
+        if event_type.bad is not None:
+            is_domain &= ~event_type.bad
         domains = {}
         if is_domain.any():  # a few rows: one per domain
-            rows = np.flatnonzero(is_domain)
-            texts = nv.valid_utf8(arrow.column("text").take(pa.array(rows))).to_pylist()
-            domain_ids = self.out["domain_id"][offset + rows]
+            at = np.flatnonzero(is_domain)
+            texts = va.texts(arrow.column("text").take(pa.array(at))).to_pylist()
+            domain_ids = self.out["domain_id"][offset + at]
             domains = {int(d): t or "" for d, t in zip(domain_ids, texts, strict=True)}
         return offset, n, names, domains
 
@@ -399,22 +578,35 @@ def _compact(columns: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.n
     return {name: values[:total] for name, values in columns.items()}
 
 
-def _string_ids(db: Database, strings_table: str) -> tuple[np.ndarray, pa.Array]:
-    arrow = db.arrow(f'SELECT "id", "value" FROM "{strings_table}" ORDER BY "id"')
-    ids = arrow.column("id")
-    ids = ids.to_numpy().astype(np.int64, copy=False) if len(ids) else np.empty(0, np.int64)
-    values = nv.valid_utf8(arrow.column("value"))
-    if len(values) == 0:  # an empty result has no declared type in Arrow (the driver says int64)
-        values = pa.array([], type=pa.string())
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.ndarray, pa.Array]:
+    """Ids (sorted, distinct) and texts of the export's strings; rows whose id is unusable are dropped."""
+    missing = [c for c in ("id", "value") if c not in db.columns(strings_table)]
+    if missing:
+        raise InputError(f"{db.path}: table {strings_table} lacks column(s) {', '.join(missing)}, which every kernel, "
+                         "API call and NVTX name comes from; export the nsys report again")
+    arrow = db.arrow(f'SELECT "id", "value" FROM "{strings_table}" ORDER BY "id"', db.rows(strings_table),
+                     f", table {strings_table}")
+    converted = va.integers(arrow.column("id"), "int64", None)
+    ids, values = converted.values, va.texts(arrow.column("value"))
+    dropped = _Dropped(strings_table, flaws)
+    dropped.add(converted, Column("id", "id", "int64"))
+    if dropped.rows is not None:
+        ids, values = ids[~dropped.rows], values.filter(pa.array(~dropped.rows))
+    if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():  # text ids sort apart in SQL, or ids repeat
+        order = np.argsort(ids, kind="stable")
+        ids, values = ids[order], values.take(pa.array(order))
+        repeated = np.r_[False, ids[1:] == ids[:-1]]
+        if repeated.any():
+            flaws.add("duplicate", strings_table, int(repeated.sum()), "id")
+            ids, values = ids[~repeated], values.filter(pa.array(~repeated))
     return ids, values
 
 
 def read_nsys(db: Database, process: int | None = None) -> Profile:
-    """Read every table dlagg uses from the nsys export `db`: all of it, or one process's rows (`process`:
-    its ``globalPid``, for files that hold several ranks). Closes `db`."""
+    """Read every table dlagg uses from the nsys export `db`, checked (validate.py): all of it, or one
+    process's rows (`process`: its ``globalPid``, for files that hold several ranks). Closes `db`."""
     path = db.path
+    flaws = va.Flaws(path.name)
     try:
         known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
         strings_table = db.find(schema.STRING_TABLES)
@@ -422,18 +614,19 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
                              "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
                              "'nsys export --type sqlite' or 'nvprof -o'")
-        nvtx = _NvtxRead(db, strings_table, process)
+        nvtx = _NvtxRead(db, strings_table, flaws, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
             # NVTX slices first: they are most of the work, the small tables fill in behind them
-            slices = [pool.submit(nvtx.read_slice, lo, hi) for lo, hi in nvtx.slices]
-            tables = {t.name: pool.submit(db.read, t, process) for t in others}
-            string_ids = pool.submit(_string_ids, db, strings_table)
+            slices = [pool.submit(nvtx.read_slice, lo, hi, offset) for lo, hi, offset in nvtx.slices]
+            tables = {t.name: pool.submit(db.read, t, flaws, process) for t in others}
+            string_ids = pool.submit(_string_ids, db, strings_table, flaws)
             meta_values = _key_values(db, schema.META_TABLES)
             env = _key_values(db, schema.SYSTEM_ENV_TABLES)
-            gpus = _gpus(db)
+            gpus = _gpus(db, flaws)
+            stated = _stated_session(db)
             session_start = _session_start(db)
-            results = _results(slices)
+            results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
             physical = {name: job.result()[1] for name, job in tables.items()}
             ids, values = string_ids.result()
@@ -443,17 +636,24 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         strings = StringTable(pd.Series(
             pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
             index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+        found = {t.name: db.find(t.sources) for t in schema.EVENT_TABLES}
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
         db.close()
 
+    session_end = _session_bound(frames, stated, flaws)
+    frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
     start, end = _time_range(frames)
     frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    has_gpu_work = any(len(frames[name]) for name in ("kernels", "memcpy", "memset"))
     if gpus.empty and len(frames["kernels"]):  # no GPU table (some exports): the devices kernels ran on
         devices = np.unique(frames["kernels"]["device_id"].to_numpy())
-        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": np.nan, "cc_minor": np.nan,
-                             "total_memory": np.nan, "sm_count": np.nan})
+        unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
+        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
+                             "total_memory": unknown, "sm_count": unknown})
+    warnings = flaws.warnings() + va.missing_table_warnings(
+        path.name, {name: table for name, table in found.items() if table is not None}, has_gpu_work)
     meta = ProfileMeta(
         source=path.name,
         nsys_version=meta_values.get("EXPORT_PRODUCT_VERSION", ""),
@@ -465,10 +665,76 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         end=end,
         session_start_utc=session_start,
         process=process,
+        warnings=warnings,
     )
     details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, READ_THREADS)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
+
+
+SESSION_TABLE = "ANALYSIS_DETAILS"
+
+
+def _stated_session(db: Database) -> int | None:
+    """The session's length the export states (events are timed from the session start), if sane."""
+    if SESSION_TABLE not in db.tables or "duration" not in db.columns(SESSION_TABLE):
+        return None
+    value = db.query(f"SELECT max(duration) FROM {SESSION_TABLE} WHERE typeof(duration) = 'integer'")[0][0]
+    return int(value) if isinstance(value, int) and 0 < value <= va.MAX_TIME else None  # type: ignore[arg-type]
+
+
+def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: va.Flaws) -> int:
+    """The latest time an event may have: the stated session length, unless many events end after it
+    (then the statement is what is damaged), else `validate.MAX_TIME`."""
+    if stated is None:
+        flaws.session_note = f"the export states no session length; times beyond {va.MAX_TIME:,} ns are taken as damage"
+        return va.MAX_TIME
+    rows = sum(len(f) for f in frames.values())
+    late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
+               for f in frames.values())
+    if rows and late > va.UNTRUSTED_DURATION_SHARE * rows:
+        flaws.session_note = (f"{SESSION_TABLE} states a session of {stated:,} ns but {late:,} of {rows:,} events "
+                              f"end after it; the statement is ignored and times beyond {va.MAX_TIME:,} ns are damage")
+        return va.MAX_TIME
+    flaws.session_note = f"the session lasted {stated:,} ns ({SESSION_TABLE})"
+    return stated
+
+
+# Columns that make two rows of a frame the same event (NVTX: the row id aside).
+_NVTX_IDENTITY = ("start", "end", "global_tid", "domain_id", "text_id", "seq", "crosses_thread")
+
+
+def _checked(name: str, frame: pd.DataFrame, physical: str, session_end: int, flaws: va.Flaws) -> pd.DataFrame:
+    """`frame` without rows whose times cannot be (validate.time_checks) or that copy another row.
+
+    NVTX ranges were checked for negative and reversed times slice by slice; here only the session
+    bound: a range starting after it is dropped, one ending after it is opened (ends with the profile).
+    """
+    if len(frame) == 0:
+        return frame
+    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+    if name == "nvtx":
+        open_end = end < start  # unclosed ranges (NULL end) read as NO_ID
+        checks = va.time_checks(start, end, open_end, session_end)
+        drop = flaws.drop_rows(physical, {"late": checks["late"]})
+        if checks["open"].any():
+            flaws.add("open", physical, int(np.count_nonzero(checks["open"] & ~checks["late"])))
+            frame = frame.assign(end=np.where(checks["open"], NO_ID, end).astype(end.dtype, copy=False))
+        columns = [frame[c].to_numpy() for c in _NVTX_IDENTITY]
+    else:
+        drop = flaws.drop_rows(physical, va.time_checks(start, end, None, session_end))
+        columns = [frame[c].to_numpy() for c in frame.columns]
+    if drop is not None:
+        columns = [c[~drop] for c in columns]
+    copies = va.duplicated(columns)
+    if copies is not None:
+        flaws.add("duplicate", physical, int(copies.sum()))
+    if drop is None and copies is None:
+        return frame
+    keep = np.ones(len(frame), dtype=bool) if drop is None else ~drop
+    if copies is not None:
+        keep[np.flatnonzero(keep)[copies]] = False
+    return frame[keep].reset_index(drop=True)
 
 
 def _session_start(db: Database) -> int | None:
@@ -504,6 +770,14 @@ def _time_range(frames: dict[str, pd.DataFrame]) -> tuple[int, int]:
     if not starts:
         return 0, 0
     return int(min(starts)), int(max(max(ends), max(starts)))
+
+
+def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
+    """The column as numpy, unusable values and NULLs as the column's default (0 when required).
+
+    For readers that do not check rows yet (reader/nvprof.py); the nsys reader drops such rows
+    (`frame_of`)."""
+    return va.integers(array, column.dtype, column.default).values
 
 
 __all__ = ["read_nsys", "Database", "check_input", "NO_ID"]

@@ -1,0 +1,256 @@
+"""What the reader accepts of an export's rows, and the warnings for what it does not.
+
+A damaged or hand-edited export (a table rebuilt without NOT NULL, a value typed as text, an end
+of 2**63 - 1) must never reach the reports: one such row wraps a sum of durations to a negative
+total or makes a utilisation read 119 %. So every row read is checked here, vectorised, before
+any stage sees it:
+
+- every value is an integer of its column's range (text, reals, blobs and NaN are not);
+- columns without a default (times, the thread of an API call, the NVTX event type) are not NULL;
+- times are not negative, an end is not before its start, and both lie within the session: the
+  duration ``ANALYSIS_DETAILS`` states (events are timed from the session start), else
+  `MAX_TIME`;
+- no row repeats another exactly (nsys never writes one event twice).
+
+A row that fails is dropped, except an NVTX range whose end lies after the session: that range was
+never closed in the session, so it is treated like nsys's own unclosed ranges (it ends with the
+profile). Every drop is counted by cause and table, and ``Flaws.warnings`` turns the counts into
+one warning per cause naming the tables, the columns where that matters, and what was done.
+
+Contract: `integers` converts one Arrow column and marks what it cannot convert; `time_checks`
+and `duplicated` return masks over numpy columns; `Flaws` collects counts from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# About 13 days in ns: the session bound when the export does not state its duration. Durations
+# below it cannot wrap an int64 sum unless some 8,000 of them overlap.
+MAX_TIME = 1 << 50
+# Decimal text of an integer that surely fits int64 (a column typed TEXT by the driver because
+# some of its values are text holds the others as their decimal form).
+_INTEGER_TEXT = r"^-?[0-9]{1,18}$"
+# A stated session duration is not trusted when more than this share of the events end after it
+# (then it is the duration that is damaged, not the events).
+UNTRUSTED_DURATION_SHARE = 0.1
+
+# cause -> (what the rows have, what was done); the order is the order of the checks and warnings
+CAUSES = {
+    "type": ("a value that is not an integer", "dropped"),
+    "null": ("NULL where a value is required", "dropped"),
+    "negative": ("a negative time", "dropped"),
+    "reversed": ("an end before the start", "dropped"),
+    "late": ("times after the end of the session", "dropped"),
+    "open": ("an end after the end of the session", "ended them with the profile, like unclosed ranges"),
+    "duplicate": ("an exact copy of another row", "dropped the copies"),
+}
+
+
+@dataclass(frozen=True)
+class Converted:
+    """One column as numpy: `bad` marks values present but unusable, `null` marks NULLs (None: none)."""
+
+    values: np.ndarray
+    bad: np.ndarray | None
+    null: np.ndarray | None
+
+
+def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None) -> Converted:
+    """`array` as integers of `dtype`; NULLs and unusable values hold `default` (0 when None).
+
+    The driver types a column from its values: INTEGER when all are, DOUBLE when some are reals,
+    STRING when some are text, BINARY when some are blobs (the integers then arrive as decimal
+    text). Finite reals are cut toward zero (SQLite's CAST) and decimal text is converted;
+    anything else, or a value outside `dtype`'s range, is marked bad.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    fill = default if default is not None else 0
+    n = len(array)
+    null = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+    kind = array.type
+    bad: np.ndarray | None = None
+    if pa.types.is_null(kind):
+        return Converted(np.full(n, fill, dtype=dtype), None, null)
+    if pa.types.is_integer(kind):
+        values = (pc.fill_null(array, fill) if array.null_count else array).to_numpy()
+    elif pa.types.is_floating(kind):
+        real = pc.fill_null(array, float(fill)).to_numpy().astype(np.float64, copy=False)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(real) & (np.abs(real) < 2.0**63)
+        values = np.where(ok, np.trunc(real), fill).astype(np.int64)  # as SQLite's CAST: toward zero
+        bad = ~ok
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+            or pa.types.is_large_binary(kind):
+        # (a blob among integers makes the driver type the column BINARY and hold the integers as
+        # their decimal text: those still convert, the blobs do not)
+        ok = pc.fill_null(pc.match_substring_regex(array, _INTEGER_TEXT), False)
+        digits = pc.if_else(ok, array, pa.scalar(str(fill).encode() if pa.types.is_binary(kind)
+                                                 or pa.types.is_large_binary(kind) else str(fill), kind))
+        values = pc.cast(pc.cast(digits, pa.string()), pa.int64()).to_numpy()
+        bad = ~ok.to_numpy(zero_copy_only=False)
+    else:  # anything else a damaged file may hold
+        values = np.full(n, fill, dtype=np.int64)
+        bad = np.ones(n, dtype=bool)
+    if np.dtype(dtype) != values.dtype:
+        info = np.iinfo(dtype)
+        if len(values) and (values.min() < info.min or values.max() > info.max):
+            outside = (values < info.min) | (values > info.max)
+            bad = outside if bad is None else bad | outside
+            values = np.where(outside, fill, values)
+        values = values.astype(dtype, copy=False)
+    if bad is not None and null is not None:
+        bad &= ~null  # a NULL is a NULL, whatever the column's type
+    if bad is not None and not bad.any():
+        bad = None
+    return Converted(values, bad, null)
+
+
+def texts(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """`array` as valid UTF-8 strings whatever SQLite held: numbers as their decimal text, invalid
+    UTF-8 (nsys keeps some raw bytes; blobs) decoded with replacement characters, as sqlite3 would."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    kind = array.type
+    if pa.types.is_null(kind) or (array.null_count == len(array) and not pa.types.is_string(kind)):
+        return pa.nulls(len(array), pa.string())  # NULLs only: the driver may type them as anything
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        try:
+            array.validate(full=True)
+            return array.cast(pa.string()) if pa.types.is_large_string(kind) else array
+        except pa.ArrowInvalid:  # rare: some raw bytes; decoded below
+            pass
+    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        return array.cast(pa.string())  # integer and real columns
+    # decoded with replacement characters once per distinct value, in Python, then taken per row
+    encoded = pc.dictionary_encode(array.cast(pa.binary()))
+    decoded = [b.decode("utf-8", "replace") for b in encoded.dictionary.to_pylist()]
+    return pa.array(decoded, type=pa.string()).take(encoded.indices)
+
+
+def time_checks(start: np.ndarray, end: np.ndarray, end_open: np.ndarray | None,
+                session_end: int) -> dict[str, np.ndarray]:
+    """Masks of rows failing each time check, in check order ("negative", "reversed", "late"),
+    and for ranges whose end may be open (`end_open` marks them), "open": an end past the session."""
+    open_end = np.zeros(len(start), dtype=bool) if end_open is None else end_open
+    closed = ~open_end
+    negative = (start < 0) | (closed & (end < 0))
+    reversed_ = closed & (end < start)
+    late = (start > session_end) | (closed & (end > session_end) & (end_open is None))
+    masks = {"negative": negative, "reversed": reversed_, "late": late}
+    if end_open is not None:
+        masks["open"] = closed & (end > session_end)
+    return masks
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def duplicated(columns: Iterable[np.ndarray]) -> np.ndarray | None:
+    """Rows equal in every column to an earlier row (None when there are none).
+
+    A hash of each row finds the candidates in one pass (a row hashes to a 64-bit value); only rows
+    whose hash repeats are compared column by column.
+    """
+    columns = [np.asarray(c) for c in columns]
+    n = len(columns[0]) if columns else 0
+    if n < 2:
+        return None
+    key = np.zeros(n, dtype=np.uint64)
+    for values in columns:
+        key ^= values.astype(np.uint64, copy=False)
+        key *= _MIX
+        key ^= key >> np.uint64(29)
+    candidates = np.flatnonzero(pd.Series(key, copy=False).duplicated(keep=False).to_numpy())
+    if len(candidates) == 0:
+        return None
+    exact = pd.DataFrame({i: c[candidates] for i, c in enumerate(columns)}).duplicated(keep="first").to_numpy()
+    if not exact.any():
+        return None
+    copies = np.zeros(n, dtype=bool)
+    copies[candidates[exact]] = True
+    return copies
+
+
+class Flaws:
+    """Counts of rows not taken as they were, by cause, table and column; safe to add to from threads."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._counts: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.Lock()
+        self.session_note = ""  # where the session bound came from, for the "late" warning
+
+    def add(self, cause: str, table: str, rows: int, column: str = "") -> None:
+        if rows <= 0:
+            return
+        with self._lock:
+            key = (cause, table, column)
+            self._counts[key] = self._counts.get(key, 0) + int(rows)
+
+    def drop_rows(self, table: str, masks: Mapping[str, np.ndarray | None], column: str = "") -> np.ndarray | None:
+        """Count each row under the first cause (in `masks` order) that marks it; the union of the masks."""
+        union: np.ndarray | None = None
+        for cause, mask in masks.items():
+            if mask is None:
+                continue
+            fresh = mask if union is None else mask & ~union
+            self.add(cause, table, int(np.count_nonzero(fresh)), column)
+            union = mask.copy() if union is None else union | mask
+        return union
+
+    def count(self, cause: str | None = None) -> int:
+        return sum(n for (c, _, _), n in self._counts.items() if cause is None or c == cause)
+
+    def warnings(self) -> tuple[str, ...]:
+        """One line per cause: how many rows of which tables (and columns), and what was done."""
+        lines = []
+        for cause, (what, done) in CAUSES.items():
+            found = {(t, c): n for (k, t, c), n in self._counts.items() if k == cause}
+            if not found:
+                continue
+            where = ", ".join(f"{table}{'.' + column if column else ''} {n:,}"
+                              for (table, column), n in sorted(found.items()))
+            note = f" ({self.session_note})" if cause in ("late", "open") and self.session_note else ""
+            lines.append(f"{self.source}: {sum(found.values()):,} row(s) with {what}{note}: {done} "
+                         f"(per table: {where}); the export looks damaged, the reports leave these rows out"
+                         if cause != "open" else
+                         f"{self.source}: {sum(found.values()):,} NVTX range(s) with {what}{note}: {done} "
+                         f"(per table: {where})")
+        return tuple(lines)
+
+
+# What each report loses without a table that a normal CUDA + NVTX recording has. (No OSRT_API
+# table is usual, osrt is not always traced: docs/reports.md says IO is measured only when it is.)
+MISSING_TABLE = {
+    "runtime": ("CUDA API calls", "kernels and copies have no launch call: their CPU (API) times are 0, they are "
+                "placed in iterations by their own start, ops get no GPU work (detail, op_type, group_node, "
+                "tensor reports), the summary's CPU Duration counts NVTX ranges only and the launch-bound "
+                "check does not run"),
+    "nvtx": ("NVTX ranges", "no key node can cut iterations (the profile is one iteration) and there are no ops: "
+             "the detail, op_type, group_node and tensor reports are empty, kernels have no op and "
+             "Dataloader Duration % is 0; record with 'nsys profile -t cuda,nvtx'"),
+}
+
+
+def missing_table_warnings(source: str, present: Mapping[str, str], has_gpu_work: bool) -> tuple[str, ...]:
+    """Warnings for the optional tables the export lacks, with what each report loses."""
+    from . import schema
+
+    physical = {t.name: t.sources[-1] for t in schema.EVENT_TABLES}
+    lines = []
+    for name, (what, loss) in MISSING_TABLE.items():
+        if name in present:
+            continue
+        if name == "runtime" and not has_gpu_work:
+            continue  # no CUDA at all: the reports needing kernels say so themselves
+        lines.append(f"{source}: no {physical[name]} table ({what}): {loss}")
+    return tuple(lines)
