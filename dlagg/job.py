@@ -85,6 +85,7 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
         log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
                  f"aggregating {iterations.start} to {iterations.stop}{where}")
     ctx = RankContext(profile, iterations, options)
+    iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
     reports: dict[str, Report] = {}
     so_far = RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
                          ops=pd.DataFrame(), comm=None, warnings=(), seconds=0.0)
