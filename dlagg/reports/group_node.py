@@ -1,13 +1,21 @@
-"""Group report: one row per group path prefix (``/``, ``/forward/``, ``/<module>/net::forward/``, ...).
+"""Group report (DLProf's ``group_op``): one row per group path prefix (``/``, ``/forward/``,
+``/module/net::forward/``, ...), then the whole model.
 
 An op's group path is the chain of user NVTX ranges enclosing it on its thread (``forward``,
 ``layer1``), followed for DLProf function-stack markers by the directories of the stack. A row
-aggregates every op call below its prefix: ``/`` holds all of them.
+aggregates every op call below its prefix: ``/`` holds all of them but the CUDA calls made outside
+every NVTX range (``unassociated_<api>`` ops, which have no path); the last row, ``_CompleteModel_``
+as DLProf names it, holds every call.
 
-The report keeps its base figures per (group path, op): calls and the per-call statistics' sums,
-minima and maxima. The rows per prefix are derived from them (sums add up, minima and maxima of
-minima and maxima, ops counted once per prefix), so calls are never repeated once per enclosing
-prefix, and the base figures of several ranks combine before the prefixes are derived.
+Figures per row, as DLProf's: ``Num Calls Aggregated`` and the TC-eligible / TC-using ops below the
+prefix; for each of CPU time, GPU time, CPU overhead and GPU idle (per call as in the detail
+report), the Total over the aggregated iterations and the Avg., Min and Max **per iteration**: the
+row's total in each aggregated iteration (0 in an iteration without such a call), averaged, and its
+smallest and largest value.
+
+The report keeps its base figures per (group path, op, iteration): calls and the figures' sums. The
+rows are derived from them, so several ranks' base figures combine first (iteration i of every rank
+adds up) and the prefixes after.
 """
 
 from __future__ import annotations
@@ -21,8 +29,10 @@ from ..context import RankContext
 from ..ops.aggregate import op_usage, path_prefixes
 from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, KEY, SUM, Field, Table, derive_averages, merge_tables, summed_over
-from .op_stats import METRIC_FIELDS, METRICS, average_pairs
+from .figures import ANY, COUNT, KEY, SUM, Field, Table, key_values, merge_tables, summed_over
+from .op_stats import METRIC_FIELDS, METRICS
+
+COMPLETE_MODEL = "_CompleteModel_"  # DLProf's name of the row over every op call
 
 FIELDS = (
     Field("name", "Name", merge=KEY),
@@ -31,77 +41,97 @@ FIELDS = (
     Field("using_tc_ops", "Num Ops Using TC", COUNT),
     *METRIC_FIELDS,
 )
-STATS = tuple(f for f in METRIC_FIELDS if not f.key.endswith("_avg_ns"))  # what combines; averages are derived
-# Base figures: one row per (group path, op).
+TOTALS = tuple(f for f in METRIC_FIELDS if f.key.endswith("_total_ns"))
+# Base figures: one row per (group path, op, iteration).
 BASE_FIELDS = (
     Field("path", "Group Path", merge=KEY),
     Field("op", "Op Key", merge=KEY),
+    Field("iteration", "Iteration", merge=KEY),
     Field("tc_eligible", "TC Eligible", merge=ANY),
     Field("using_tc", "Using TC", merge=ANY),
     FIELDS[1],
-    *STATS,
+    *TOTALS,
 )
+ITERATIONS = Field("iterations", "Aggregated Iterations", COUNT)
 
 
 def per_path_op(ctx: RankContext) -> pd.DataFrame:
-    """Base figures: calls and statistic sums/minima/maxima per (group path, op) of the aggregated calls."""
+    """Base figures: calls and figure sums per (group path, op, iteration) of the aggregated calls."""
     inst = ctx.op_instances
     path = inst["path"].astype(object).to_numpy()
-    grouped = inst.groupby([path, inst["key"].to_numpy()], sort=False)
+    grouped = inst.groupby([path, inst["key"].to_numpy(), inst["iteration"].to_numpy()], sort=False)
     columns: dict[str, pd.Series] = {"calls": grouped.size()}
-    for k, (column, _, _) in enumerate(METRICS):
-        total, _, low, high = METRIC_FIELDS[4 * k:4 * k + 4]
+    for (column, _, _), total in zip(METRICS, TOTALS, strict=True):
         columns[total.key] = grouped[column].sum()
-        columns[low.key] = grouped[column].min()
-        columns[high.key] = grouped[column].max()
-    base = pd.DataFrame(columns).rename_axis(["path", "key"]).reset_index()
+    base = pd.DataFrame(columns).rename_axis(["path", "key", "iteration"]).reset_index()
     ops = ctx.ops.ops
     keys = base["key"].to_numpy()
     base["op"] = ops["op_key"].reindex(keys).to_numpy(dtype=object)
     base["tc_eligible"] = ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool)
     base["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
-    return base
+    return base[[f.key for f in BASE_FIELDS]]
 
 
-def by_prefix(base: pd.DataFrame) -> pd.DataFrame:
-    """The report's rows: per group path prefix, from the base figures per (path, op)."""
-    prefixes = path_prefixes(base["path"])  # (path, prefix) for the distinct paths
-    rows = base.merge(prefixes, on="path")
-    grouped = rows.groupby("prefix", sort=False)
-    columns: dict[str, pd.Series] = {"calls": grouped["calls"].sum()}
-    for f in STATS:
-        how = "sum" if f.key.endswith("_total_ns") else "min" if f.key.endswith("_min_ns") else "max"
-        columns[f.key] = grouped[f.key].agg(how).astype(np.int64)
-    table = pd.DataFrame(columns)
-    ops = rows.drop_duplicates(["prefix", "op"]).groupby("prefix", sort=False)[["tc_eligible", "using_tc"]].sum()
+def _rows(rows: pd.DataFrame, group: str, iterations: int) -> pd.DataFrame:
+    """Report rows from base rows labelled by `group` (their prefix): totals, and per-iteration averages,
+    minima and maxima over `iterations` aggregated iterations."""
+    grouped = rows.groupby(group, sort=False)
+    table = pd.DataFrame({"calls": grouped["calls"].sum()})
+    ops = rows.drop_duplicates([group, "op"]).groupby(group, sort=False)[["tc_eligible", "using_tc"]].sum()
     table["tc_eligible_ops"] = ops["tc_eligible"].reindex(table.index).to_numpy()
     table["using_tc_ops"] = ops["using_tc"].reindex(table.index).to_numpy()
-    table = derive_averages(table, average_pairs("calls"))
-    table = table.rename_axis("name").reset_index().sort_values("name", kind="stable")
-    return table[[f.key for f in FIELDS]].reset_index(drop=True)
+    per_iteration = rows.groupby([group, "iteration"], sort=False)[[f.key for f in TOTALS]].sum()
+    seen = per_iteration.groupby(level=0, sort=False).size().reindex(table.index).to_numpy()
+    missing = seen < iterations  # an iteration without a call of the row counts 0
+    for k, total in enumerate(TOTALS):
+        avg, low, high = METRIC_FIELDS[4 * k + 1:4 * k + 4]
+        by = per_iteration[total.key].groupby(level=0, sort=False)
+        sums = by.sum().reindex(table.index)
+        table[total.key] = sums.to_numpy(dtype=np.int64)
+        table[avg.key] = sums.to_numpy(dtype=np.float64) / max(iterations, 1)
+        table[low.key] = np.where(missing, 0, by.min().reindex(table.index).to_numpy()).astype(np.int64)
+        table[high.key] = by.max().reindex(table.index).to_numpy(dtype=np.int64)
+    return table.rename_axis("name").reset_index()
 
 
-@report("group_node", file_suffix="group_node")
+def by_prefix(base: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """The report's rows: per group path prefix, then the whole model, from the base figures."""
+    pathless = base["path"].astype(str).to_numpy() == ""  # CUDA calls outside every NVTX range
+    prefixes = path_prefixes(base["path"][~pathless])  # (path, prefix) for the distinct paths
+    rows = base[~pathless].merge(prefixes, on="path")
+    table = _rows(rows, "prefix", iterations).sort_values("name", kind="stable")
+    complete = _rows(base.assign(prefix=COMPLETE_MODEL), "prefix", iterations)
+    return pd.concat([table, complete], ignore_index=True)[[f.key for f in FIELDS]]
+
+
+@report("group_node", file_suffix="group_op")
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
-    """Per group path prefix: op calls, TC-eligible and TC-using ops, CPU/GPU time, overhead, idle."""
+    """Per group path prefix and for the whole model: op calls, TC-eligible and TC-using ops, CPU/GPU time,
+    overhead, idle (totals; average, minimum and maximum per iteration)."""
+    its = ctx.iterations
+    count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, its.stop - its.start + 1)], csv=False)
     if ctx.op_instances.empty:
-        return Report("group_node", "group_node", (Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
-                                                   Table("path_ops", "Group Path Ops", BASE_FIELDS,
-                                                         empty(BASE_FIELDS), csv=False)),
+        return Report("group_node", "group_op", (Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
+                                                 Table("path_ops", "Group Path Ops", BASE_FIELDS,
+                                                       empty(BASE_FIELDS), csv=False), count),
                       warnings=no_ops_warning(ctx, "group_node"))
     base = per_path_op(ctx)
-    return Report("group_node", "group_node", (
-        Table("groups", "Group Op Report", FIELDS, by_prefix(base)),
-        Table("path_ops", "Group Path Ops", BASE_FIELDS, base[[f.key for f in BASE_FIELDS]], csv=False),
+    return Report("group_node", "group_op", (
+        Table("groups", "Group Op Report", FIELDS, by_prefix(base, its.stop - its.start + 1)),
+        Table("path_ops", "Group Path Ops", BASE_FIELDS, base, csv=False),
+        count,
     ))
 
 
 @merges("group_node")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
-    """The base figures per (group path, op) combine over ranks; the prefix rows are derived from them."""
+    """The base figures per (group path, op, iteration) combine over ranks (iteration i of every rank adds
+    up); the rows are derived from them, per iteration over the iterations any rank aggregated."""
     base = merge_tables([r.table("path_ops") for r in reports])
+    selected = set().union(*(set(r.iterations.selected) for r in job.ranks))
     groups = reports[0].main
-    rows = by_prefix(base.frame) if len(base) else groups.frame
+    rows = by_prefix(base.frame, len(selected)) if len(base) else groups.frame
+    count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, len(selected))], csv=False)
     warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
-    return Report("group_node", "group_node", (summed_over(groups.with_frame(rows), len(reports)), base),
+    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, count),
                   warnings=warnings)
