@@ -25,7 +25,7 @@ from .options import Options
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import REPORTS, Report
-from .reports.base import JobFigures, RankFigures
+from .reports.base import JobFigures, RankFigures, one_per_cause
 from .writers import WRITERS, RunInfo
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
@@ -161,8 +161,8 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             for name in names:
                 if name in built and name not in early:
                     _submit_per_report(writes, pool, formats, built[name], options, info)
-        warnings = list(dict.fromkeys([*(w for r in ranks for w in r.warnings),
-                                       *(w for n in names if n in built for w in built[n].warnings)]))
+        warnings = one_per_cause([*(w for r in ranks for w in r.warnings),
+                                  *(w for n in names if n in built for w in built[n].warnings)])
         for warning in warnings:
             log.warn(warning)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in
