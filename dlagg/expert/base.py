@@ -31,6 +31,9 @@ HIGH, MEDIUM, LOW = "high", "medium", "low"
 # times vary by 2-5% between steady steps).
 HIGH_SHARE = 0.25
 MEDIUM_SHARE = 0.05
+# A finding must have something at stake that the report can show: stakes are shown in ms with three
+# decimals, so less than half a microsecond would read "0.000 ms" (nothing to gain: no finding).
+MIN_STAKE_NS = 500
 
 
 class MissingData(Exception):
@@ -102,6 +105,7 @@ def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
         except MissingData as missing:
             outcomes.append(Outcome(name, "not run", str(missing)))
             continue
+        found = [f for f in found if f.time_at_stake_ns is None or f.time_at_stake_ns >= MIN_STAKE_NS]
         outcomes.append(Outcome(name, "fired" if found else "silent"))
         findings.extend(found)
     order = {name: i for i, name in enumerate(DETECTORS)}
@@ -140,7 +144,12 @@ def rate(count: int, n_iterations: int) -> str:
     """How often something happens: 'x3/iteration', or '2 in 23 iterations' when uneven."""
     if n_iterations and count % n_iterations == 0:
         return f"x{count // n_iterations}/iteration"
-    return f"{count} in {n_iterations} iteration{'s' if n_iterations != 1 else ''}"
+    return f"{count} in {plural(n_iterations, 'iteration')}"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 iteration', '3 iterations'."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def pct(part: float, whole: float) -> str:
