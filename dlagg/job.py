@@ -30,7 +30,7 @@ import pandas as pd
 from .comm import RankInput, match_collectives, rank_comm
 from .context import RankContext
 from .errors import DlaggError, OptionsError
-from .log import Log
+from .log import Log, peak_mb
 from .model import Iterations
 from .options import Options
 from .reader import load_profile
@@ -106,7 +106,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
         {c: pd.Series(dtype=object) for c in OPS_INDEX})
     communication = rank_comm(ctx) if comm else None
     return RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
-                       ops=ops, comm=communication, warnings=tuple(warnings), seconds=time.perf_counter() - began)
+                       ops=ops, comm=communication, warnings=tuple(warnings), seconds=time.perf_counter() - began,
+                       peak_mb=peak_mb())
 
 
 def default_workers() -> int:
@@ -137,6 +138,7 @@ def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
     if total > 1:
         log.info(f"rank {figures.source.rank} ({figures.source.path.name}): {figures.iterations.count} iterations, "
                  f"reduced in {figures.seconds:.2f} s ({done}/{total})")
+        log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it {figures.peak_mb:,.0f} MB")
 
 
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], count: int,

@@ -48,7 +48,7 @@ class Log:
         began = time.perf_counter()
         yield
         release_free_memory()
-        memory = f", {_rss_mb():,.0f} MB resident, peak {_peak_mb():,.0f} MB" if self.level >= DIAGNOSTIC else ""
+        memory = f", {_rss_mb():,.0f} MB resident, peak {peak_mb():,.0f} MB" if self.level >= DIAGNOSTIC else ""
         self.info(f"{what} ({time.perf_counter() - began:.2f} s{memory})")
 
 
@@ -81,7 +81,7 @@ def _rss_mb() -> float:
         return 0.0
 
 
-def _peak_mb() -> float:
+def peak_mb() -> float:
     """Peak resident memory so far (ru_maxrss is in KiB on Linux)."""
     try:
         import resource

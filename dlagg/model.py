@@ -1,4 +1,6 @@
-"""Values passed between stages. All frozen: stages return new values, never edit their inputs.
+"""Values passed between stages. Frozen dataclasses: stages return new values, never edit their inputs
+(the one exception is `StringTable`'s cache of regular-expression answers, which never changes
+what the table says).
 
 Frames carry the columns declared in ``reader/schema.py``; times are int64 nanoseconds on the
 nsys session clock, strings are int64 ids into the profile's ``StringTable``.
@@ -78,13 +80,6 @@ class StringTable:
         id is looked up once."""
         uniq, inverse = factorize_ids(ids)
         return categorical(inverse, self._lookup(uniq))
-
-    def get(self, string_id: int, default: str = "") -> str:
-        pos = self._positions(np.array([string_id], dtype=np.int64))[0]
-        if pos < 0:
-            return default
-        value = self.values.iloc[pos]
-        return default if pd.isna(value) else str(value)
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         """Row of each id in `values` (-1 when absent); binary search when ids are sorted (the reader's case)."""
@@ -178,10 +173,6 @@ class Profile:
     # some range of that name was a PyTorch emit_nvtx marker (its text carried seq/op_id/sizes).
     nvtx_names: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"emit": np.empty(0, bool)}))
     nvtx_details: NvtxDetails | None = None
-
-    def has(self, table: str) -> bool:
-        """True when the export holds that table (it may still be empty)."""
-        return table in self.meta.tables
 
 
 @dataclass(frozen=True)

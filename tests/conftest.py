@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,35 @@ def ncu_dir(name: str) -> Path:
 
 def ncu_csv(name: str) -> Path:
     return ncu_dir(name) / f"{name}_raw.csv.gz"
+
+
+MULTI = ("ddp2_gpt_one_session", "ddp2_gpt_per_rank")
+
+
+def multi_dir(name: str, tmp_root: Path) -> Path:
+    """Folder of a multi-GPU recording with its databases as plain .sqlite files: ../shared's as they are,
+    else the bundled gzipped ones unpacked once under `tmp_root` (skips when neither exists)."""
+    shared = SHARED / "nsys-2022.4-multi" / name
+    if list(shared.glob("*.sqlite")):
+        return shared
+    bundled = BUNDLED / "nsys-2022.4-multi" / name
+    packed = sorted(bundled.glob("*.sqlite.gz"))
+    if not packed:
+        pytest.skip(f"multi-GPU fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+    folder = tmp_root / name
+    if not folder.exists():
+        folder.mkdir(parents=True)
+        for path in bundled.iterdir():
+            if path.suffix == ".gz":
+                with gzip.open(path, "rb") as src, (folder / path.name[:-3]).open("wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
+                shutil.copy(path, folder / path.name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def multi(tmp_path_factory) -> Callable[[str], Path]:
+    """multi("ddp2_gpt_per_rank") -> the folder of that multi-GPU recording (see multi_dir)."""
+    root = tmp_path_factory.mktemp("multi")
+    return lambda name: multi_dir(name, root)

@@ -177,3 +177,22 @@ def test_an_internal_error_is_one_line_without_traceback(db: Path, tmp_path: Pat
     code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}",
                          "-v", "diagnostic")
     assert code == 3 and "Traceback" in err
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    (KeyboardInterrupt(), 130, "dlagg: interrupted; no partial output was left behind\n"),
+    (MemoryError(), 3, "dlagg: error: out of memory on cuda_basic.sqlite; dlagg needs up to about twice the "
+                       "export's size in memory: run it on a machine with more\n"),
+])
+def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys, monkeypatch, raised: BaseException,
+                                               code: int, message: str) -> None:
+    """Ctrl-C exits 130 (128 + SIGINT, the shell convention), out of memory 3, each with one line."""
+    from dlagg import cli
+
+    def interrupted(*_args, **_kwargs):
+        raise raised
+
+    monkeypatch.setattr(cli, "run", interrupted)
+    got, out, err = dlagg(capsys, f"--nsys_database={db}", "--reports=all", f"--output_path={tmp_path / 'out'}", "-b")
+    assert (got, out, err) == (code, "", message)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

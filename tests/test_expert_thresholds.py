@@ -15,8 +15,7 @@ import pytest
 
 from dlagg.context import RankContext
 from dlagg.expert import iterations as it_rules
-from dlagg.expert import launch, memory, precision, utilisation
-from dlagg.expert.base import run_detectors
+from dlagg.expert import launch, memory, precision, run_detectors, utilisation
 from dlagg.options import Options
 from dlagg.reader import load_profile
 from dlagg.timeline.iterations import detect_iterations

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dlagg.cli import main
 from dlagg.errors import OptionsError
 from dlagg.options import Options
 from dlagg.pipeline import run
@@ -93,12 +99,109 @@ def test_glob_key_node_matches_numbered_steps(tmp_path: Path) -> None:
     assert detect_iterations(profile, "ProfilerStep#3").count == 1
 
 
-def test_key_node_text_is_data_not_sql(tmp_path: Path) -> None:
+# --- hostile key-node text: regex and glob metacharacters, RE2 vs re, very long names ----------------
+
+@pytest.mark.parametrize(("target", "decoy"), [
+    ("a.b", "aXb"),  # '.' as a regex would match any character
+    ("step (a+b) [0]?", "step (aab) 0"),  # groups, quantifiers, classes
+    ("^train$|x", "x"),  # anchors and alternation
+    ("s{2}", "ss"),  # repetition
+    ("C:\\run\\step", "C:runstep"),  # backslashes
+    ("(?P<x>a)", "a"),  # Python-only named group syntax (RE2 spells it differently)
+    ("步骤 1", "步骤 2"),  # non-ASCII
+])
+@pytest.mark.parametrize("registered", [False, True], ids=["inline", "registered"])
+def test_exact_key_node_is_matched_literally(tmp_path: Path, target: str, decoy: str, registered: bool) -> None:
+    profile = load_profile(steps(tmp_path, [target, decoy, target, decoy, target], registered=registered))
+    its = detect_iterations(profile, target)
+    assert its.found and its.count == 3
+    assert its.ends.tolist() == [90, 290, 490]  # the target's three instances (steps() puts step i at 100 i)
+
+
+def glob_matches(pattern: str, text: str) -> bool:
+    """Reference glob (only '*' is special, matching any text): plain string operations, no regex."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return text == pattern
+    head, tail = parts[0], parts[-1]
+    if len(text) < len(head) + len(tail) or not (text.startswith(head) and text.endswith(tail)):
+        return False
+    at, stop = len(head), len(text) - len(tail)
+    for middle in parts[1:-1]:  # leftmost match of each middle part is the one that leaves most room
+        found = text.find(middle, at, stop)
+        if found < 0:
+            return False
+        at = found + len(middle)
+    return True
+
+
+HOSTILE = ["a.b1", "aXb2", "a.b.c", "x(y)+z", "x(y)+z*", "[0-9]+", "^$", "a|b", "a\\b", "a\\Qb\\E",
+           "(?i)STEP", "step", "Step", "step\nline two", "ste\np", "{2,3}", "\\d\\d", "ü step", "步骤*",
+           "tab\tstep", " ", "?", "star*star", "ends with \\"]
+
+
+@functools.lru_cache(maxsize=1)
+def hostile_profile():
+    """One export: every HOSTILE name once (alternately inline and registered), on one thread."""
+    b = ExportBuilder()
+    for i, name in enumerate(HOSTILE):
+        b.range(100 * i, 100 * i + 90, name, registered=bool(i % 2))
+    b.launch(5, 10, 20, 30)
+    folder = Path(tempfile.mkdtemp(prefix="dlagg-hostile-"))
+    path = b.write(folder / "hostile.sqlite")
+    try:
+        return load_profile(path)
+    finally:
+        shutil.rmtree(folder)
+
+
+def glob_from(draw_name: str, cuts: list[int]) -> str:
+    """`draw_name` with the text between pairs of cut points replaced by '*'."""
+    points = sorted(min(c, len(draw_name)) for c in cuts)
+    out, at = [], 0
+    for lo, hi in zip(points[::2], points[1::2], strict=False):
+        out.append(draw_name[at:lo] + "*")
+        at = hi
+    return "".join(out) + draw_name[at:]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(
+    st.builds(glob_from, st.sampled_from(HOSTILE), st.lists(st.integers(0, 16), min_size=2, max_size=6)),
+    st.text(alphabet="*.?+()[]{}^$|\\ab\n步", min_size=1, max_size=8),
+))
+def test_glob_key_node_matches_what_a_plain_glob_matches(pattern: str) -> None:
+    """Whatever metacharacters surround the stars, the key node matches exactly the names a plain
+    glob matches (checked against string operations, not a regex engine)."""
+    profile = hostile_profile()
+    expected = [100 * i + 90 for i, name in enumerate(HOSTILE) if glob_matches(pattern, name)]
+    its = detect_iterations(profile, pattern)
+    if expected:
+        assert its.found and its.ends.tolist() == expected
+    else:
+        assert not its.found and its.count == 1
+
+
+@pytest.mark.parametrize("key", ["exact", "trailing star", "leading star"])
+def test_long_names_match(tmp_path: Path, key: str) -> None:
+    """4 KiB range names (a long record_function label): exact, `prefix*` and `*suffix` key nodes."""
+    body = "layer." * 700
+    names = [f"{body}{i % 2}" for i in range(6)]
+    profile = load_profile(steps(tmp_path, names))
+    pattern = {"exact": names[1], "trailing star": body + "*", "leading star": "*" + names[1][-300:]}[key]
+    its = detect_iterations(profile, pattern)
+    assert its.found and its.count == (6 if key == "trailing star" else 3)
+
+
+def test_a_glob_too_long_for_the_regex_engine_is_an_options_error(tmp_path: Path, capsys) -> None:
+    """RE2 refuses patterns over its memory budget: a clear option error (exit 2), not an internal one."""
     path = steps(tmp_path, ["train_step"] * 3)
-    profile = load_profile(path)
-    its = detect_iterations(profile, "x'; DROP TABLE NVTX_EVENTS; --")
-    assert not its.found and its.count == 1
-    assert len(load_profile(path).nvtx) == 3
+    key = "x" * 1_000_000 + "*"
+    code = main([f"--nsys_database={path}", "--reports=summary", f"--key_node={key}",
+                 f"--output_path={tmp_path / 'out'}", "-b", "--verbosity=quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("dlagg: error: --key_node='xxx") and "(1000001 characters) cannot be matched" in err
 
 
 def test_key_node_not_found_gives_one_iteration_and_candidates(tmp_path: Path) -> None:

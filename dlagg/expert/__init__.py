@@ -6,7 +6,42 @@ detector = one ``@detector``-decorated function in a module imported below.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from . import iterations, launch, memory, precision, utilisation  # noqa: F401  (registers detectors)
-from .base import DETECTORS, Finding, MissingData, Outcome, run_detectors
+from .base import DETECTORS, MIN_STAKE_NS, Finding, MissingData, Outcome, severity_of
+from .facts import Facts
+
+if TYPE_CHECKING:
+    from ..context import RankContext
+
+
+def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
+    """Every detector on `ctx`; findings sorted by time at stake (largest first, unknown last)."""
+    facts = Facts(ctx)
+    findings: list[Finding] = []
+    outcomes: list[Outcome] = []
+    for name, fn in DETECTORS.items():  # a dozen detectors, not events
+        try:
+            found = fn(facts)
+        except MissingData as missing:
+            outcomes.append(Outcome(name, "not run", str(missing)))
+            continue
+        # nothing measurable at stake ("0.000 ms") is no finding
+        found = [f for f in found if f.time_at_stake_ns is None or f.time_at_stake_ns >= MIN_STAKE_NS]
+        outcomes.append(Outcome(name, "fired" if found else "silent"))
+        findings.extend(found)
+    order = {name: i for i, name in enumerate(DETECTORS)}
+    typical = facts.typical_iteration_ns
+    findings = [f if f.severity else _with_severity(f, severity_of(f, typical)) for f in findings]
+    findings.sort(key=lambda f: (f.time_at_stake_ns is None, -(f.time_at_stake_ns or 0.0), order[f.detector]))
+    return findings, outcomes
+
+
+def _with_severity(finding: Finding, severity: str) -> Finding:
+    return replace(finding, severity=severity)
+
+
 
 __all__ = ["DETECTORS", "Finding", "MissingData", "Outcome", "run_detectors"]

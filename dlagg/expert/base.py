@@ -3,7 +3,7 @@
 Contract: a detector is ``fn(facts: Facts) -> list[Finding]`` registered with ``@detector(name)``.
 It returns no finding when its condition does not hold, and raises ``MissingData`` when the
 export lacks what it needs (it then stays silent; the report lists it as not run, with why).
-``run_detectors(ctx)`` runs them all and returns the findings sorted by time at stake.
+``dlagg.expert.run_detectors(ctx)`` runs them all and returns the findings sorted by time at stake.
 
 Times at stake are per iteration, for a *typical* iteration: the median over the aggregated
 iterations, so one warm-up iteration does not decide every finding (the iteration-variation
@@ -15,13 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from ..context import RankContext
-    from .facts import Facts
 
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 
@@ -54,7 +50,8 @@ class Finding:
     severity: str = ""  # empty: derived from the time at stake (see severity_of)
 
 
-Detector = Callable[["Facts"], "list[Finding]"]
+# fn(facts: expert.facts.Facts) -> findings; typed loosely here because facts.py builds on this module
+Detector = Callable[[Any], "list[Finding]"]
 DETECTORS: dict[str, Detector] = {}
 
 
@@ -90,35 +87,6 @@ class Outcome:
     detector: str
     status: str  # "fired", "silent" or "not run"
     reason: str = ""
-
-
-def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
-    """Every detector on `ctx`; findings sorted by time at stake (largest first, unknown last)."""
-    from .facts import Facts
-
-    facts = Facts(ctx)
-    findings: list[Finding] = []
-    outcomes: list[Outcome] = []
-    for name, fn in DETECTORS.items():  # a dozen detectors, not events
-        try:
-            found = fn(facts)
-        except MissingData as missing:
-            outcomes.append(Outcome(name, "not run", str(missing)))
-            continue
-        found = [f for f in found if f.time_at_stake_ns is None or f.time_at_stake_ns >= MIN_STAKE_NS]
-        outcomes.append(Outcome(name, "fired" if found else "silent"))
-        findings.extend(found)
-    order = {name: i for i, name in enumerate(DETECTORS)}
-    typical = facts.typical_iteration_ns
-    findings = [f if f.severity else _with_severity(f, severity_of(f, typical)) for f in findings]
-    findings.sort(key=lambda f: (f.time_at_stake_ns is None, -(f.time_at_stake_ns or 0.0), order[f.detector]))
-    return findings, outcomes
-
-
-def _with_severity(finding: Finding, severity: str) -> Finding:
-    from dataclasses import replace
-
-    return replace(finding, severity=severity)
 
 
 # ---- wording helpers (small inputs only) ----

@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..reader.schema import MEM_KIND_PAGEABLE, MEM_KIND_PINNED
+from ..reader.schema import DTOH, HTOD, MEM_KIND_PAGEABLE, MEM_KIND_PINNED
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL, MEMCPY
 from .base import Finding, detector, iteration_list, ms, pct, rate, require, size
 from .facts import Facts
 
-HTOD, DTOH = 1, 2  # ENUM_CUDA_MEMCPY_OPER
 # Pageable copies are cheap to fix (pin_memory=True), so they are flagged from 1% of the step.
 PAGEABLE_MIN_SHARE = 0.01
 # Copies from pinned memory that still stall compute: flagged from 5% of the step, the level

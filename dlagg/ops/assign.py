@@ -65,7 +65,7 @@ from ..model import Iterations, Profile, categorical, factorize_ids
 from ..reader.schema import PID_MASK
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
-from ..timeline.iterations import glob_regex
+from ..timeline.iterations import key_name_ids
 from . import markers as mk
 from .tree import Forest, index_dtype
 
@@ -407,8 +407,7 @@ def _direction_codes(names: pd.DataFrame) -> np.ndarray:
 def _key_ranges(profile: Profile, iterations: Iterations, forest: Forest, parsed: mk.Parsed,
                 name: np.ndarray) -> np.ndarray:
     """Mask of the key node's ranges (on every thread: each rank has its own) and of every range enclosing one."""
-    key = iterations.key_node
-    ids = profile.strings.ids_matching(glob_regex(key)) if "*" in key else profile.strings.ids_equal(key)
+    ids = key_name_ids(profile, iterations.key_node)
     is_key = np.zeros(len(parsed.ids) + 1, dtype=bool)  # last slot: ranges without a name
     codes = parsed.codes(ids)
     is_key[codes[codes >= 0]] = True

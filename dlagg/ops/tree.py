@@ -2,7 +2,7 @@
 
 Contract: ``Forest.build(tid, start, end)`` sorts the ranges by (thread, start, longest first)
 and gives every range its ``parent`` (innermost enclosing range of the same thread, -1 for none)
-and ``depth``; ``forest.innermost(tid, start, end)`` gives, for each query interval, the
+and its nesting level (``levels``); ``forest.innermost(tid, start, end)`` gives, for each query interval, the
 innermost range of the same thread with ``range.start <= start`` and ``range.end >= end`` (the
 nsys rule for attributing a CUDA call to NVTX ranges), or -1.
 
@@ -78,7 +78,6 @@ class Forest:
     start: np.ndarray
     end: np.ndarray
     parent: np.ndarray  # index into the sorted arrays, -1 for a top-level range
-    depth: np.ndarray  # 0 for a top-level range
     levels: tuple[np.ndarray, ...]  # sorted-range indices by depth, top level first (top-down passes)
     threads: tuple[tuple[int, int, int], ...]  # (tid, begin, end) of each thread's ranges
 
@@ -108,7 +107,7 @@ class Forest:
         for _, lo, hi in threads:  # threads, not events
             bad[lo:hi] |= parent[lo:hi] < lo
         parent[bad] = -1
-        return cls(order, tid, start, end, parent, depth, levels, tuple(threads))
+        return cls(order, tid, start, end, parent, levels, tuple(threads))
 
     def __len__(self) -> int:
         return len(self.tid)
@@ -154,13 +153,11 @@ class Forest:
             value[level[nested]] |= value[parent[nested]]
         return value
 
-    def propagate(self, own: np.ndarray, inherit: np.ndarray | None = None) -> np.ndarray:
-        """Top-down: each range's value is its own where `inherit` is False, else its parent's.
-
-        With ``inherit=None`` a range inherits where ``own < 0`` (e.g. "innermost head above me").
-        """
+    def propagate(self, own: np.ndarray) -> np.ndarray:
+        """Top-down: each range's value is its own where ``own >= 0``, else its parent's (e.g. "innermost
+        head at or above me")."""
         value = np.asarray(own).copy()
-        take = (value < 0) if inherit is None else np.asarray(inherit, dtype=bool)
+        take = value < 0
         for level in self.levels[1:]:
             rows = level[take[level] & (self.parent[level] >= 0)]
             value[rows] = value[self.parent[rows]]

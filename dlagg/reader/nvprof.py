@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -320,7 +321,8 @@ def read_nvprof(db: Database) -> Profile:
         warnings=tuple(reader.warnings),
     )
     text = f'(SELECT "value" FROM "{STRING_TABLE}" WHERE "_id_" = "name")'
-    details = nv.NvtxDetails(str(db.path.resolve()), MARKER_TABLE if MARKER_TABLE in db.tables else None, text)
+    details = nv.NvtxDetails(partial(Database, db.path.resolve()), MARKER_TABLE if MARKER_TABLE in db.tables else None,
+                             text, READ_THREADS)
     return Profile(strings=strings.table(), gpus=_gpus(db, strings), meta=meta, nvtx_names=texts.names,
                    nvtx_details=details, **{t.name: out[t.name] for t in schema.EVENT_TABLES})
 

@@ -22,9 +22,10 @@ of text outlives its parsing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,12 +65,18 @@ def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
     if pa.types.is_null(values.type) or (values.null_count == len(values) and not pa.types.is_string(values.type)):
         # a column of NULLs only (a process without any NVTX text): the driver may type it as anything
         return pa.nulls(len(values), pa.string())
-    try:
-        values.validate(full=True)
-        return values
-    except pa.ArrowInvalid:  # rare: decode in Python with replacement characters
-        raw = values.cast(pa.binary()).to_pylist()
-        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], type=pa.string())
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        try:
+            values.validate(full=True)
+            return values
+        except pa.ArrowInvalid:  # rare: some raw bytes (text typed as text, or BLOB values among texts)
+            pass
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    # decoded with replacement characters once per distinct value, in Python, then taken per row
+    encoded = pc.dictionary_encode(values.cast(pa.binary()))
+    texts = [b.decode("utf-8", "replace") for b in encoded.dictionary.to_pylist()]  # distinct values
+    return pa.array(texts, type=pa.string()).take(encoded.indices)
 
 
 @dataclass(frozen=True)
@@ -115,18 +122,17 @@ def split_names(cut: pa.Array | pa.ChunkedArray) -> Names:
 class NvtxDetails:
     """Reads what the frame leaves out, for a few ranges at a time, by NVTX row id."""
 
-    def __init__(self, path: str, table: str | None, text: str) -> None:
-        self.path = path
+    def __init__(self, connect: Callable[[], Any], table: str | None, text: str, threads: int = 1) -> None:
+        self.connect = connect  # opens the export again (read-only): an object with .arrow(sql) and .close()
         self.table = table
         self.text = text  # SQL expression of a range's whole text
+        self.threads = threads
 
     def input_shapes(self, rows: np.ndarray) -> pd.Categorical:
         """emit_nvtx's ``sizes = [...]`` text of each NVTX row id ('' when it has none)."""
         rows = np.asarray(rows, dtype=np.int64)
         if self.table is None or len(rows) == 0:
             return categorical(np.full(len(rows), -1), [])
-        from .sqlite import READ_THREADS, Database
-
         wanted = factorize_ids(rows)[0]
         sizes = f"instr({self.text}, '{CUT_MARKERS[1]}')"
 
@@ -136,9 +142,9 @@ class NvtxDetails:
                             f'FROM "{self.table}" WHERE rowid IN ({ids}) AND {sizes} > 0')
 
         # a B-tree seek and a long text per row: worth the reader's threads on big exports
-        db = Database(Path(self.path))
+        db = self.connect()
         try:
-            with ThreadPoolExecutor(READ_THREADS) as pool:
+            with ThreadPoolExecutor(self.threads) as pool:
                 pieces = list(pool.map(read, range(0, len(wanted), SHAPES_PER_QUERY)))
         finally:
             db.close()

@@ -129,9 +129,9 @@ SYNC = Table(
 )
 
 # NVTX ranges (push/pop and start/end; marks are not read, domain-creation rows only for the
-# domain names). The text is
-# read apart, cut and dictionary-encoded (reader/nvtx.py): the frame gets text_id (name id in the
-# string table), seq (autograd sequence number, -1) and emit (an emit_nvtx marker) besides these.
+# domain names). The text is read apart, cut and dictionary-encoded (reader/nvtx.py): the frame gets
+# text_id (name id in the string table), seq (autograd sequence number, -1), crosses_thread and row
+# besides these; whether a name was an emit_nvtx marker is kept per name (Profile.nvtx_names).
 NVTX = Table(
     "nvtx",
     _suffixed("NVTX_EVENTS"),
@@ -165,7 +165,6 @@ SYSTEM_INFO_TABLES = ("SystemInfo",)  # nsys 2022.1 exports; gone by 2022.4 (ref
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): the ones that carry a range or a domain name.
-NVTX_MARK = 34
 NVTX_PUSHPOP = 59
 NVTX_STARTEND = 60
 NVTXT_PUSHPOP = 70
@@ -174,6 +173,7 @@ NVTX_DOMAIN_CREATE = 75
 NVTX_RANGE_TYPES = (NVTX_PUSHPOP, NVTX_STARTEND, NVTXT_PUSHPOP, NVTXT_STARTEND)
 
 # ENUM_CUDA_MEMCPY_OPER ids, stable since the first exports.
+HTOD, DTOH = 1, 2  # the two host<->device kinds below
 MEMCPY_KINDS = {
     0: "Unknown",
     1: "HtoD",

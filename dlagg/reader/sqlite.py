@@ -20,6 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -480,7 +481,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         session_start_utc=session_start,
         process=process,
     )
-    details = nv.NvtxDetails(str(path.resolve()), nvtx.physical, nvtx.text)
+    details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, READ_THREADS)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
 

@@ -67,6 +67,7 @@ class RankFigures:
     comm: RankComm | None
     warnings: tuple[str, ...]
     seconds: float  # time taken to reduce it
+    peak_mb: float = 0.0  # peak resident memory of the process that reduced it, so far (MB)
 
 
 @dataclass(frozen=True)

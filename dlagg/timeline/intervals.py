@@ -57,13 +57,6 @@ def overlap_per_window(starts: np.ndarray, ends: np.ndarray, win_starts: np.ndar
     return coverage(s, e, win_ends) - coverage(s, e, win_starts)
 
 
-def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals cut to ``[lo, hi)``; empty ones become zero-length."""
-    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
-    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
-    return s, np.maximum(e, s)
-
-
 def partition(classes: list[tuple[np.ndarray, np.ndarray]], win_starts: np.ndarray, win_ends: np.ndarray) -> np.ndarray:
     """Split each window's time among classes in priority order (first class wins an instant).
 

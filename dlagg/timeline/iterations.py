@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionsError
-from ..model import Iterations, Profile
+from ..model import Iterations, Profile, factorize_ids
 
 # Tried in this order when no --key_node is given: TensorFlow's global step (DLProf's default),
 # the name used by most PyTorch training loops and our recordings, PyTorch profiler's step
@@ -47,18 +47,29 @@ _RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
 
 
 def glob_regex(pattern: str) -> str:
-    """A ``*`` glob as a regular expression that both Python ``re`` and RE2 accept."""
-    return ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*"))
+    """A ``*`` glob as a regular expression that both Python ``re`` and RE2 accept.
+
+    ``*`` matches any text, line breaks included (``(?s:...)``: NVTX texts may span lines).
+    """
+    return "(?s:" + ".*".join(_RE2_SPECIAL.sub(r"\\\1", part) for part in pattern.split("*")) + ")"
+
+
+def key_name_ids(profile: Profile, key_node: str) -> np.ndarray:
+    """The string ids of the range names `key_node` (a name, or a ``*`` glob) matches."""
+    if "*" not in key_node:
+        return profile.strings.ids_equal(key_node)
+    try:
+        return profile.strings.ids_matching(glob_regex(key_node))
+    except ValueError as exc:  # RE2 refuses patterns over its memory budget (about 1 MB of glob)
+        shown = key_node if len(key_node) <= 60 else key_node[:57] + "..."
+        raise OptionsError(f"--key_node='{shown}' ({len(key_node)} characters) cannot be matched ({exc}); "
+                           "give the exact range name or a shorter glob") from None
 
 
 def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
     """Instances of `key_node` on the thread that has most of them (one rank, one loop)."""
     found = profile.nvtx
-    if "*" in key_node:
-        ids = profile.strings.ids_matching(glob_regex(key_node))
-    else:
-        ids = profile.strings.ids_equal(key_node)
-    found = found[np.isin(found["text_id"].to_numpy(), ids)]
+    found = found[np.isin(found["text_id"].to_numpy(), key_name_ids(profile, key_node))]
     if found.empty:
         return found
     busiest = found["global_tid"].value_counts().index[0]
@@ -66,29 +77,35 @@ def key_instances(profile: Profile, key_node: str) -> pd.DataFrame:
 
 
 def top_level(profile: Profile) -> pd.DataFrame:
-    """Ranges not enclosed by another range of the same thread, with their name."""
+    """Ranges not enclosed by another range of the same thread, with the glob of their name (step
+    numbers as ``*``) and whether the name is a framework op marker (never a step)."""
     rng = profile.nvtx.sort_values(["global_tid", "start", "end"], ascending=[True, True, False], kind="stable")
     if rng.empty:
-        return rng.assign(name=pd.Series(dtype=object))
+        return rng.assign(glob=pd.Series(dtype=object), marker=pd.Series(dtype=bool))
     reach = rng.groupby("global_tid", sort=False)["end"].cummax()
     before = reach.groupby(rng["global_tid"], sort=False).shift(1)
     top = rng[before.isna().to_numpy() | (rng["start"].to_numpy() >= before.fillna(0).to_numpy())]
-    names = profile.strings.decode(top["text_id"]).to_numpy()
-    return top.assign(name=names)
+    glob, marker = _name_facts(profile, top["text_id"].to_numpy())
+    return top.assign(glob=glob, marker=marker | (top["seq"].to_numpy() >= 0))
 
 
-def _normalise(names: pd.Series) -> pd.Series:
-    """Step numbers become a glob: ``ProfilerStep#12`` -> ``ProfilerStep#*``."""
-    return names.astype(str).str.replace(r"\d+", "*", regex=True)
+def _name_facts(profile: Profile, text_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per range (by name id): the name as a glob (``ProfilerStep#12`` -> ``ProfilerStep#*``) and whether
+    it is a framework op marker; both decided once per distinct name."""
+    distinct, inverse = factorize_ids(text_ids)
+    names = profile.strings.decode(distinct).astype(str)
+    globs = names.str.replace(r"\d+", "*", regex=True).to_numpy(dtype=object)
+    markers = names.str.contains(OP_MARKER, regex=True).to_numpy(dtype=bool)
+    return globs[inverse], markers[inverse]
 
 
 def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
     """The most frequent top-level range names (as globs), most frequent first."""
     top = top_level(profile)
-    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True) & (top["seq"].to_numpy() < 0)]
+    top = top[~top["marker"].to_numpy()]
     if top.empty:
         return ()
-    counts = _normalise(top["name"]).value_counts()
+    counts = top["glob"].value_counts()
     return tuple(counts.index[:limit])
 
 
@@ -110,12 +127,10 @@ def auto_key_node(profile: Profile) -> tuple[str, str]:
         busiest = threads.index[0] if len(threads) else top["global_tid"].value_counts().index[0]
     else:
         busiest = top["global_tid"].value_counts().index[0]
-    top = top[top["global_tid"] == busiest]
-    top = top[~top["name"].astype(str).str.contains(OP_MARKER, regex=True) & (top["seq"].to_numpy() < 0)]
-    top = top.assign(glob=_normalise(top["name"]))
+    top = top[(top["global_tid"] == busiest).to_numpy() & ~top["marker"].to_numpy()]
     # Every instance of a step is top-level; a name that also occurs nested is something else.
     on_thread = rng[rng["global_tid"] == busiest]
-    all_counts = _normalise(profile.strings.decode(on_thread["text_id"])).value_counts()
+    all_counts = pd.Series(_name_facts(profile, on_thread["text_id"].to_numpy())[0]).value_counts()
     stats = top.sort_values("start").groupby("glob").agg(
         count=("start", "size"),
         first=("start", "min"),

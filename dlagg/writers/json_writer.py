@@ -87,10 +87,6 @@ def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
     yield "]}\n"
 
 
-def report_json(report: Report, info: RunInfo) -> str:
-    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in report_chunks(report, info))
-
-
 @writer("json")
 class JsonWriter:
     """One JSON file per report: metadata, then every table's fields (key, title, unit) and rows."""

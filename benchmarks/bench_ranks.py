@@ -1,0 +1,150 @@
+"""Many-ranks benchmark: ``dlagg --reports=all`` on 1, 16 and 64 rank files, with 1 and 2 workers.
+
+The rank files are copies of the 2-GPU per-rank recording (``nsys-2022.4-multi/ddp2_gpt_per_rank``,
+10.9 MB each): copy k of rank r becomes rank 2k + r, with its device id, process and thread ids
+shifted so every rank is a process of its own on a GPU of its own, and its session start shifted by a
+few milliseconds (so clock alignment has work to do). The copies keep each rank's events, so every
+rank has the 60 collectives of the original and they match across ranks.
+
+It prints, from one run: the wall time of ``python -m dlagg --reports=all --formats=csv,json`` (a
+subprocess, start-up included) on 1 rank; 16 ranks with 1 worker (in process) and with 2 workers
+(process pool; the machine has two cores); 64 ranks with 2 workers; the peak RSS of the parent
+(``ru_maxrss`` of the dlagg process) and of the largest worker (what the processes that reduced
+ranks report at -v detailed). Then the bars of the ranks issue: 2
+workers at least MIN_SPEEDUP times faster than 1, time linear in the number of ranks, parent peak
+under MAX_PARENT_MB at 64 ranks. Timing results are printed, never asserted (``--strict`` exits 1
+if a bar fails).
+
+    python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDING = Path("nsys-2022.4-multi") / "ddp2_gpt_per_rank"
+SOURCES = [REPO.parent / "shared" / "fixtures" / RECORDING / f"ddp2_gpt_per_rank_rank{r}.sqlite" for r in (0, 1)]
+BUNDLED = [REPO / "fixtures" / RECORDING / f"ddp2_gpt_per_rank_rank{r}.sqlite.gz" for r in (0, 1)]
+DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "dlagg-ranks"
+
+MIN_SPEEDUP = 1.7  # 2 workers against 1, 16 ranks
+MAX_PARENT_MB = 1024  # parent peak RSS at 64 ranks
+LINEAR_SLACK = 1.2  # the 64/16 time ratio may exceed 4 by this factor
+PID_SHIFT = 24
+
+# Run dlagg in a child and report its own peak RSS and its descendants' (KiB on Linux).
+RUNNER = """
+import json, resource, sys, time
+from dlagg.cli import main
+began = time.perf_counter()
+code = main(sys.argv[1:])
+seconds = time.perf_counter() - began
+own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"code": code, "seconds": seconds, "parent_kb": own}), file=sys.stderr)
+"""
+WORKER_PEAK = re.compile(r"peak memory of the process that reduced it ([\d,]+) MB")
+
+
+def source_files(workdir: Path) -> list[Path]:
+    if all(p.exists() for p in SOURCES):
+        return SOURCES
+    import gzip
+
+    out = []
+    for packed in BUNDLED:
+        target = workdir / packed.name[:-3]
+        if not target.exists():
+            with gzip.open(packed, "rb") as src, target.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        out.append(target)
+    return out
+
+
+def make_rank(source: Path, target: Path, rank: int) -> None:
+    """A copy of `source` as rank `rank`: device `rank`, its own process, a shifted session start."""
+    shutil.copy(source, target)
+    conn = sqlite3.connect(target)
+    (old_pid,) = conn.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    new_pid = old_pid + ((1000 + rank) << PID_SHIFT)
+    shift = new_pid - old_pid
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+        conn.execute(f"UPDATE {table} SET globalPid = globalPid + ?, deviceId = ?", (shift, rank))
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        conn.execute(f"UPDATE {table} SET globalTid = globalTid + ? WHERE globalTid >= ? AND globalTid < ?",
+                     (shift, old_pid, old_pid + (1 << PID_SHIFT)))
+    conn.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (1_000_000 * rank,))
+    conn.commit()
+    conn.close()
+
+
+def make_job(workdir: Path, ranks: int) -> Path:
+    folder = workdir / f"ranks{ranks}"
+    if folder.exists() and len(list(folder.glob("*.sqlite"))) == ranks:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    sources = source_files(workdir)
+    for rank in range(ranks):  # a benchmark's setup: one copy per rank
+        make_rank(sources[rank % 2], folder / f"rank{rank:03d}.sqlite", rank)
+    return folder
+
+
+def run(folder: Path, workers: int, out: Path) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    args = [f"--nsys_database={folder}", "--reports=all", "--formats=csv,json", "-b", "-f", f"--workers={workers}",
+            f"--output_path={out}", "-v", "detailed"]
+    done = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True, check=False)
+    figures = json.loads(done.stderr.strip().splitlines()[-1])
+    if figures["code"] != 0:
+        raise SystemExit(f"dlagg failed on {folder}: {done.stderr}")
+    # a worker's peak: what the processes that reduced ranks report (the parent's own when in process)
+    peaks = [float(m.group(1).replace(",", "")) for m in WORKER_PEAK.finditer(done.stderr)]
+    figures["worker_mb"] = max(peaks) if workers > 1 and peaks else 0.0
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case (the fastest is kept)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a bar fails")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
+    rows = []
+    for ranks, workers in cases:  # four cases
+        folder = make_job(args.workdir, ranks)
+        best = min((run(folder, workers, args.workdir / "out") for _ in range(args.repeat)),
+                   key=lambda f: f["seconds"])
+        rows.append((ranks, workers, best))
+        print(f"{ranks:>3} ranks, {workers} worker{'s' if workers > 1 else ' '}: {best['seconds']:7.2f} s   "
+              f"parent peak {best['parent_kb'] / 1024:7.0f} MB   worker peak "
+              + (f"{best['worker_mb']:6.0f} MB" if best["worker_mb"] else "  (in process)"),
+              flush=True)
+    seconds = {(r, w): f["seconds"] for r, w, f in rows}
+    speedup = seconds[16, 1] / seconds[16, 2]
+    growth = seconds[64, 2] / seconds[16, 2]
+    parent = next(f for r, w, f in rows if r == 64)["parent_kb"] / 1024
+    bars = [
+        (f"2 workers vs 1 at 16 ranks: {speedup:.2f}x (bar: at least {MIN_SPEEDUP}x)", speedup >= MIN_SPEEDUP),
+        (f"64 vs 16 ranks with 2 workers: {growth:.2f}x the time for 4x the ranks (bar: at most "
+         f"{4 * LINEAR_SLACK:.1f}x)", growth <= 4 * LINEAR_SLACK),
+        (f"parent peak at 64 ranks: {parent:.0f} MB (bar: under {MAX_PARENT_MB} MB)", parent < MAX_PARENT_MB),
+    ]
+    for text, ok in bars:
+        print(f"{'holds' if ok else 'FAILS'}: {text}")
+    return 1 if args.strict and not all(ok for _, ok in bars) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

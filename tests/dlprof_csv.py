@@ -1,0 +1,136 @@
+"""Read the CSV files dlagg writes in DLProf's "titled sections" layout, independently of dlagg.
+
+The layout (DLProf v1.8, docs/reports.md): each section is a title line, then either a header line
+and rows (a table) or ``"Key",value`` rows with no header (key/value); sections are separated by
+a blank line. Strings are double-quoted, numbers and missing values bare; titles and column names
+are bare unless they hold a comma or a quote. So a quoted first cell right after the title starts
+a key/value section, and a bare one is a header.
+
+Only the file's text is read here: no dlagg import, so the tests that use this keep working while
+the reports behind the files change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+Cell = tuple[str, bool]  # (text, was quoted)
+
+
+def _records(text: str) -> list[list[Cell]]:
+    """CSV records with each cell's quoting kept (quoted cells may hold commas, quotes, newlines)."""
+    records: list[list[Cell]] = []
+    row: list[Cell] = []
+    cell: list[str] = []
+    quoted = in_quotes = False
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if in_quotes:
+            if ch == '"' and i + 1 < n and text[i + 1] == '"':
+                cell.append('"')
+                i += 1
+            elif ch == '"':
+                in_quotes = False
+            else:
+                cell.append(ch)
+        elif ch == '"' and not cell:
+            in_quotes = quoted = True
+        elif ch == ",":
+            row.append(("".join(cell), quoted))
+            cell, quoted = [], False
+        elif ch == "\n":
+            if row or cell or quoted:
+                row.append(("".join(cell), quoted))
+            records.append(row)
+            row, cell, quoted = [], [], False
+        else:
+            cell.append(ch)
+        i += 1
+    if in_quotes:
+        raise ValueError("unterminated quoted cell")
+    if row or cell or quoted:
+        row.append(("".join(cell), quoted))
+        records.append(row)
+    return records
+
+
+def _value(cell: Cell) -> object:
+    """Quoted: the string. Bare: None when empty, else an int or a float (a bare word is an error)."""
+    text, quoted = cell
+    if quoted:
+        return text
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    header: tuple[str, ...] | None  # None: a key/value section
+    rows: tuple[tuple[object, ...], ...]
+
+    def frame(self) -> pd.DataFrame:
+        """A table section as a frame (object columns: the file's values as they are)."""
+        if self.header is None:
+            raise ValueError(f"section {self.title!r} is a key/value section")
+        return pd.DataFrame([list(r) for r in self.rows], columns=list(self.header), dtype=object)
+
+    def values(self) -> dict[str, object]:
+        """A key/value section as a dict."""
+        if self.header is not None:
+            raise ValueError(f"section {self.title!r} is a table")
+        return {str(k): v for k, v in self.rows}
+
+
+def parse(text: str) -> dict[str, Section]:
+    """Every section of a file's text, by title, in file order."""
+    blocks: list[list[list[Cell]]] = [[]]
+    for record in _records(text):
+        if record:
+            blocks[-1].append(record)
+        elif blocks[-1]:
+            blocks.append([])
+    sections: dict[str, Section] = {}
+    for block in blocks:
+        if not block:
+            continue
+        if len(block[0]) != 1:
+            raise ValueError(f"a section title is one cell, got {block[0]!r}")
+        title = block[0][0][0]
+        body = block[1:]
+        if body and not body[0][0][1]:  # bare first cell: a header
+            header = tuple(text for text, _ in body[0])
+            rows = tuple(tuple(_value(c) for c in r) for r in body[1:])
+            if any(len(r) != len(header) for r in rows):
+                raise ValueError(f"section {title!r}: a row's length differs from the header's")
+        else:
+            header = None
+            rows = tuple(tuple(_value(c) for c in r) for r in body)
+            if any(len(r) != 2 for r in rows):
+                raise ValueError(f"section {title!r}: key/value rows have two cells")
+        if title in sections:
+            raise ValueError(f"two sections titled {title!r}")
+        sections[title] = Section(title, header, rows)
+    return sections
+
+
+def read(path: Path) -> dict[str, Section]:
+    return parse(path.read_text(encoding="utf-8"))
+
+
+def table(path: Path, title: str | None = None) -> pd.DataFrame:
+    """The table section `title` of a file (its only section when `title` is None) as a frame."""
+    sections = read(path)
+    if title is None:
+        if len(sections) != 1:
+            raise ValueError(f"{path.name} has {len(sections)} sections: name one")
+        return next(iter(sections.values())).frame()
+    return sections[title].frame()

@@ -1,0 +1,109 @@
+"""The package's layering, checked from its source: imports only go down, and nothing hides a cycle.
+
+cli -> pipeline -> {job, writers} -> reports -> {expert, roofline} -> comm -> context -> ops
+-> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
+of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
+is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
+writers import nothing below reports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
+
+# Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
+LAYERS = {
+    "__init__": 0, "errors": 0, "options": 0, "log": 0,
+    "model": 1,
+    "reader": 2,
+    "timeline": 3, "classify": 3,
+    "ops": 4,
+    "context": 5,
+    "comm": 6,
+    "expert": 7, "roofline": 7,
+    "reports": 8,
+    "job": 9, "writers": 9,
+    "pipeline": 10,
+    "cli": 11, "__main__": 12,
+}
+# Parts a writer may import besides writers and reports: the bottom layer.
+WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "writers", "reports"}
+
+
+def modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The dlagg modules `name` imports, anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "dlagg")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "dlagg":
+                continue
+            found.add(target)
+            for alias in node.names:  # `from . import nvtx` names a module
+                if f"{target}.{alias.name}" in modules():
+                    found.add(f"{target}.{alias.name}")
+    found.discard(name)
+    return found
+
+
+def part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    assert {part(m) for m in modules()} <= set(LAYERS), "a new part of the package needs a place in LAYERS"
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_imports_go_down(name: str) -> None:
+    mine = part(name)
+    for target in imports_of(name, modules()[name]):
+        theirs = part(target)
+        assert LAYERS[theirs] <= LAYERS[mine], f"{name} imports {target}: {mine} is below {theirs}"
+        if mine == "writers":
+            assert theirs in WRITER_MAY_IMPORT, f"{name} imports {target}: writers render reports' figures only"
+
+
+def test_no_cycle_between_modules() -> None:
+    graph = {name: imports_of(name, path) & set(modules()) for name, path in modules().items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_package_init_modules_import_their_own_part_only() -> None:
+    """A package's __init__ re-exports its own modules; importing a package never drags in a layer above."""
+    for name, path in modules().items():
+        if path.name == "__init__.py" and name != "dlagg":
+            for target in imports_of(name, path):
+                assert LAYERS[part(target)] <= LAYERS[part(name)], f"{name} imports {target}"

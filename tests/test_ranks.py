@@ -1,0 +1,294 @@
+"""Several ranks: the 2-GPU data-parallel recordings (one database, and one per rank) and hand-built jobs.
+
+Expected values come from the recordings' own `nsys stats` CSVs and meta.json, from SQL on the
+databases (kernels paired across ranks by their order, clocks by the sessions' start times), or from
+hand-built exports, never from dlagg's output.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlagg.cli import main
+from dlagg.reader.discover import discover, input_paths
+
+from . import dlprof_csv
+from .builders import ExportBuilder
+
+ONE = "ddp2_gpt_one_session"
+PER = "ddp2_gpt_per_rank"
+STEPS = 12  # profiled train_step ranges per rank (fixture README)
+COLUMNS = ["Rank", "File", "PID", "GPU", "Iterations", "Avg Iteration Time (ns)", "Compute Kernel Time (ns)",
+           "Communication Kernel Time (ns)", "Communication Wait Time (ns)", "Exposed Communication Time (ns)",
+           "GPU Idle Time (ns)", "Launch Lateness (ns)", "Clock Offset (ns)"]
+NCCL = "ncclDevKernel_%"
+
+
+def databases(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.sqlite"))
+
+
+def spec(folder: Path) -> str:
+    files = databases(folder)
+    return str(files[0]) if len(files) == 1 else str(folder)
+
+
+def run(capsys, *args: str) -> tuple[int, str]:
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def outputs(multi, tmp_path_factory) -> dict[str, Path]:
+    """Both layouts through the CLI (all reports, CSV and JSON, per rank too, on the process pool)."""
+    out = {}
+    for name in (ONE, PER):
+        folder = tmp_path_factory.mktemp(name)
+        assert main([f"--nsys_database={spec(multi(name))}", "--reports=all", "--formats=csv,json", "-b",
+                     "--per_rank", "--workers=2", f"--output_path={folder}", "-v", "quiet"]) == 0
+        out[name] = folder
+    return out
+
+
+def json_table(out: Path, report: str, key: str) -> pd.DataFrame:
+    doc = json.loads((out / f"dlagg_{report}.json").read_text())
+    (table,) = [t for t in doc["tables"] if t["key"] == key]
+    return pd.DataFrame(table["rows"], columns=[f["key"] for f in table["fields"]])
+
+
+# --- independent facts: SQL on the databases --------------------------------------------------------
+
+def query(path: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def nccl_kernels(folder: Path) -> pd.DataFrame:
+    """Every NCCL kernel of the recording: rank (by order of file, then device), stream, start/end on the
+    first file's clock (session start times), in launch order per rank and stream."""
+    frames = []
+    files = databases(folder)
+    base = query(files[0], "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+    rank = 0
+    for path in files:
+        shift = query(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0] - base
+        rows = query(path, "SELECT k.deviceId, k.streamId, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                           f"JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE '{NCCL}' ORDER BY k.start")
+        frame = pd.DataFrame(rows, columns=["device", "stream", "start", "end"])
+        for device in sorted(frame["device"].unique()):  # one rank per device in these recordings
+            mine = frame[frame["device"] == device].copy()
+            mine["rank"] = rank
+            mine[["start", "end"]] += shift
+            mine["k"] = mine.groupby("stream").cumcount()
+            mine["stream"] = mine["stream"].rank(method="dense").astype(int)  # ids differ between processes
+            frames.append(mine)
+            rank += 1
+    return pd.concat(frames, ignore_index=True)
+
+
+def paired(folder: Path) -> pd.DataFrame:
+    """The NCCL kernels paired across ranks by (stream order, k): durations, waits and who started last."""
+    kernels = nccl_kernels(folder)
+    kernels["duration"] = kernels["end"] - kernels["start"]
+    first_use = kernels.groupby(["rank", "stream"])["start"].transform("min")
+    kernels["stream"] = kernels.assign(first=first_use).groupby("rank")["first"].rank(method="dense")
+    kernels["wait"] = kernels["duration"] - kernels.groupby(["stream", "k"])["duration"].transform("min")
+    latest = kernels.groupby(["stream", "k"])["start"].transform("max")
+    kernels["last"] = kernels["start"] == latest
+    return kernels
+
+
+# --- the recordings ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [ONE, PER])
+def test_ranks_are_found_and_numbered(multi, name: str) -> None:
+    job = discover(input_paths(spec(multi(name))))
+    assert [s.rank for s in job.sources] == [0, 1]
+    assert [s.devices for s in job.sources] == [(0,), (1,)]  # meta.json: each process on its own GPU
+    assert job.files == len(databases(multi(name))) and job.gpus == 2
+    assert "order of (file, lowest GPU device id)" in job.numbering
+
+
+@pytest.mark.parametrize("name", [ONE, PER])
+def test_ranks_report_has_every_iteration_of_every_rank(outputs, multi, name: str) -> None:
+    ranks = dlprof_csv.table(outputs[name] / "dlagg_ranks.csv")
+    assert list(ranks.columns)[:len(COLUMNS)] == COLUMNS
+    assert ranks["Rank"].tolist() == [0, 1]
+    expected = []  # train_step ranges per process, by SQL
+    for path in databases(multi(name)):
+        rows = query(path, "SELECT n.globalTid >> 24, COUNT(*) FROM NVTX_EVENTS n WHERE n.text = 'train_step' "
+                           "GROUP BY 1 ORDER BY 1")
+        expected += [count for _, count in rows]
+    assert ranks["Iterations"].tolist() == expected == [STEPS, STEPS]
+    summary = dlprof_csv.read(outputs[name] / "dlagg_summary.csv")["Iterations"].values()
+    assert summary["Total Iterations"] == STEPS
+
+
+@pytest.mark.parametrize("name", [ONE, PER])
+def test_communication_kernel_time_equals_nsys_stats(outputs, multi, name: str) -> None:
+    folder = multi(name)
+    collectives = json_table(outputs[name], "collectives", "collectives")
+    ours = collectives.groupby("rank")["duration_ns"].sum()
+    if name == PER:  # one gpukernsum CSV per rank file
+        expected = [pd.read_csv(p)[lambda f: f["Name"].str.startswith("ncclDevKernel_")]["Total Time (ns)"].sum()
+                    for p in sorted(folder.glob("*_gpukernsum.csv"))]
+    else:  # one database: meta.json splits the NCCL kernel time per process
+        per_process = json.loads((folder / "meta.json").read_text())["summary"]["per_process"]
+        expected = [p["nccl_kernel_time_ns"] for _, p in sorted(per_process.items())]
+    assert ours.tolist() == expected
+    assert collectives.groupby("rank").size().tolist() == [5 * STEPS, 5 * STEPS]  # 4 buckets + the loss per step
+
+
+@pytest.mark.parametrize("name", [ONE, PER])
+def test_waits_and_last_arrivals_equal_a_pairing_done_in_sql(outputs, multi, name: str) -> None:
+    pairs = paired(multi(name))
+    collectives = json_table(outputs[name], "collectives", "collectives")
+    assert collectives.groupby("rank")["wait_ns"].sum().tolist() == pairs.groupby("rank")["wait"].sum().tolist()
+    # who arrived last: ties within a few microseconds could differ after the clock refinement; none here
+    assert collectives.groupby("rank")["arrived_last"].sum().tolist() == pairs.groupby("rank")["last"].sum().tolist()
+    ranks = json_table(outputs[name], "ranks", "ranks")
+    np.testing.assert_allclose(ranks["comm_wait_ns"] * STEPS, pairs.groupby("rank")["wait"].sum().to_numpy())
+
+
+def test_layouts_agree_on_every_count(outputs) -> None:
+    """The same job recorded two ways: per rank, the same work (timings differ: two separate runs)."""
+    for report, key, group in (("iteration", "launches", ["rank", "kernel_name"]),
+                               ("detailed", "ops", ["op_type", "direction"])):
+        one = json_table(outputs[ONE], report, key)
+        per = json_table(outputs[PER], report, key)
+        if report == "iteration":
+            a, b = one.groupby(group).size(), per.groupby(group).size()
+        else:
+            a, b = one.groupby(group)["calls"].sum(), per.groupby(group)["calls"].sum()
+        assert a.index.equals(b.index)
+        assert np.all(np.abs(a.to_numpy() - b.to_numpy()) <= 0.01 * b.to_numpy()), report
+    for name in (ONE, PER):
+        ranks = json_table(outputs[name], "ranks", "ranks")
+        assert ranks["iterations"].tolist() == [STEPS, STEPS] and ranks["collectives"].tolist() == [60, 60]
+
+
+def test_per_rank_files_are_aligned_by_session_start_and_collectives(outputs, multi) -> None:
+    starts = [query(p, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+              for p in databases(multi(PER))]
+    ranks = json_table(outputs[PER], "ranks", "ranks")
+    assert ranks["clock_offset_ns"].iloc[0] == 0
+    # the session starts are 17.6 ms apart (fixture README); the collectives refine that by microseconds
+    assert abs(ranks["clock_offset_ns"].iloc[1] - (starts[1] - starts[0])) < 50_000
+    assert (ranks["clock_residual_ns"] < 20_000).all()  # "ends agree within 16 us" (fixture README)
+    one = json_table(outputs[ONE], "ranks", "ranks")
+    assert one["clock_offset_ns"].tolist() == [0, 0]  # one session, one clock
+
+
+def test_straggler_is_the_rank_the_others_wait_for(outputs, multi) -> None:
+    pairs = paired(multi(PER))
+    late = int(pairs.groupby("rank")["last"].sum().idxmax())
+    assert late == 1  # fixture README: rank 0 waits for rank 1 (181 ms vs 73 ms in NCCL kernels)
+    findings = dlprof_csv.table(outputs[PER] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
+    straggler = findings[findings["Detector"] == "straggler"].iloc[0]
+    assert straggler["Problem"].startswith(f"Rank {late} is a straggler")
+    assert f"GPU {late}" in straggler["Evidence"] and f"ddp2_gpt_per_rank_rank{late}.sqlite" in straggler["Evidence"]
+    assert "sub-range" in straggler["Evidence"]  # names where in its step it loses the time
+    iteration = float(dlprof_csv.read(outputs[PER] / "dlagg_summary.csv")["Iterations"].values()[
+        "Average Iteration Time (ns)"])
+    assert 0 < straggler["Time At Stake Per Iteration (ns)"] <= iteration
+
+
+@pytest.mark.parametrize("name", [ONE, PER])
+def test_no_advice_meant_for_compute_kernels_goes_to_nccl(outputs, name: str) -> None:
+    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
+    for row in findings.itertuples(index=False):
+        if "nccl" in str(row.Kernels).lower():
+            assert "Tensor Core" not in row.Recommendation and "cudnn" not in row.Recommendation.lower()
+    summary = dlprof_csv.read(outputs[name] / "dlagg_summary.csv")["Summary Report"].values()
+    assert all(0 <= v <= 100 for k, v in summary.items() if k.endswith("%"))
+    stakes = findings["Time At Stake Per Iteration (ns)"].dropna()
+    ranks = dlprof_csv.table(outputs[name] / "dlagg_ranks.csv")
+    assert (stakes <= ranks["Avg Iteration Time (ns)"].max()).all()
+
+
+def test_per_rank_reports_are_each_file_run_alone(outputs, multi, tmp_path) -> None:
+    """--per_rank writes each rank's own reports: for one database per rank, what dlagg gives that file alone."""
+    for rank, path in enumerate(databases(multi(PER))):
+        alone = tmp_path / f"alone{rank}"
+        assert main([f"--nsys_database={path}", "--reports=all", "-b", f"--output_path={alone}", "-v", "quiet"]) == 0
+        for csv in alone.glob("*.csv"):
+            assert (outputs[PER] / f"rank{rank}" / csv.name).read_bytes() == csv.read_bytes(), csv.name
+
+
+def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> None:
+    distributed = pytest.importorskip("distributed")
+    args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
+    assert main([*args, "--workers=1", f"--output_path={tmp_path / 'one'}"]) == 0
+    assert main([*args, "--workers=2", f"--output_path={tmp_path / 'pool'}"]) == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        assert main([*args, f"--scheduler={cluster.scheduler_address}", f"--output_path={tmp_path / 'dask'}"]) == 0
+    expected = {p.name: p.read_bytes() for p in (tmp_path / "one").iterdir()}
+    assert len(expected) == 20
+    for other in ("pool", "dask"):
+        assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
+
+
+# --- hand-built jobs ---------------------------------------------------------------------------------
+
+def two_process_export(path: Path, steps: tuple[int, int] = (3, 3)) -> Path:
+    """Two processes on GPUs 0 and 1 in one export without a GPU table, `steps` train_step ranges each;
+    each step launches one 600 ns kernel and one all-reduce whose duration differs between the ranks."""
+    b = ExportBuilder()
+    for rank, pid in enumerate((100, 200)):
+        for i in range(steps[rank]):
+            t = 1000 * i
+            b.range(t, t + 900, "train_step", pid=pid, tid=pid)
+            b.launch(t + 10, t + 20, t + 100, t + 700, name="gemm", pid=pid, tid=pid, device=rank)
+            start = t + 710 + 50 * rank  # rank 1 arrives 50 ns later; both end at t + 850
+            b.launch(t + 30, t + 40, start, t + 850, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", pid=pid,
+                     tid=pid, device=rank, stream=9)
+    return b.write(path)
+
+
+def test_two_processes_without_a_gpu_table(tmp_path, capsys) -> None:
+    path = two_process_export(tmp_path / "two.sqlite")
+    code, err = run(capsys, f"--nsys_database={path}", "--reports=all", "-b", f"--output_path={tmp_path / 'o'}")
+    assert code == 0, err
+    assert "1 file, 2 processes with CUDA activity, 2 ranks on 2 GPUs" in err
+    config = dlprof_csv.read(tmp_path / "o" / "dlagg_summary.csv")["System Config"].values()
+    assert config["GPU Count"] == 2
+    collectives = dlprof_csv.table(tmp_path / "o" / "dlagg_collectives.csv")
+    # rank 0: 140 ns, rank 1: 90 ns per all-reduce; the true cost is 90 ns, rank 0 waits 50 ns for rank 1
+    assert collectives.groupby("Rank")["Wait (ns)"].sum().tolist() == [3 * 50, 0]
+    assert collectives.groupby("Rank")["Arrived Last"].apply(lambda s: (s == "yes").sum()).tolist() == [0, 3]
+    ranks = dlprof_csv.table(tmp_path / "o" / "dlagg_ranks.csv")
+    assert ranks["Communication Wait Time (ns)"].tolist() == [50.0, 0.0]
+    assert ranks["Launch Lateness (ns)"].tolist() == [0.0, 50.0]
+
+
+def test_ranks_with_different_iteration_counts_get_a_warning(tmp_path, capsys) -> None:
+    path = two_process_export(tmp_path / "uneven.sqlite", steps=(3, 4))
+    code, err = run(capsys, f"--nsys_database={path}", "--reports=summary,ranks", "-b", "--iter_stop=3",
+                    f"--output_path={tmp_path / 'o'}")
+    assert code == 0, err
+    assert "rank 0 (uneven.sqlite) has 3 iterations: it aggregates 0 to 2, not to --iter_stop=3" in err
+    assert "ranks found different numbers of iterations (rank 0: 3, rank 1: 4)" in err
+    code, err = run(capsys, f"--nsys_database={path}", "--reports=summary", "-b", "--iter_start=5", "-v", "quiet",
+                    f"--output_path={tmp_path / 'o2'}")
+    assert code == 2 and err.count("\n") == 1 and "--iter_start=5 is out of range" in err
+
+
+def test_inputs_as_comma_list_glob_and_folder(tmp_path, capsys) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for rank in (10, 2):
+        b = ExportBuilder()
+        b.range(0, 900, "train_step")
+        b.launch(10, 20, 100, 700, name="gemm", device=0 if rank == 2 else 1)
+        b.write(folder / f"rank{rank}.sqlite")
+    for given in (str(folder), str(folder / "rank*.sqlite"), f"{folder / 'rank2.sqlite'},{folder / 'rank10.sqlite'}"):
+        job = discover(input_paths(given))
+        assert [s.path.name for s in job.sources] == ["rank2.sqlite", "rank10.sqlite"]  # numbers as numbers
+    code, err = run(capsys, f"--nsys_database={folder / 'nothing*.sqlite'}", "--reports=summary", "-b")
+    assert code == 1 and err.count("\n") == 1 and "no file matches" in err
