@@ -74,15 +74,6 @@ class Facts:
         return self.breakdown["iteration"].to_numpy()
 
     @cached_property
-    def gpu_side(self) -> np.ndarray:
-        """GPU-side time of each aggregated iteration (end of the GPU work launched before it to the end of
-        the GPU work it launched, ``model.Iterations.gpu_times``); its window where it launched none."""
-        its = self.iterations
-        gpu = its.gpu_times[its.start:its.stop + 1]
-        window = self.breakdown["duration"].to_numpy(dtype=np.float64)
-        return np.where(np.isnan(gpu), window, gpu)
-
-    @cached_property
     def cpu_side(self) -> np.ndarray:
         """CPU-side time of each aggregated iteration (key-node instance to key-node instance)."""
         its = self.iterations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import Finding, detector, iteration_list, ms, pct, require
+from .base import MIN_STAKE_NS, Finding, detector, iteration_list, ms, pct, require
 from .facts import Facts
 
 # Kernels doing GEMM/convolution math, the work Tensor Cores accelerate (cuDNN conv engines,
@@ -35,12 +35,12 @@ BF16_MIN_CC = 8
 # Fire when most of the eligible GPU time is not at reduced precision on Tensor Cores: a run
 # with AMP keeps only leftovers in FP32 (resnet_amp: 1% of eligible time), one without has all.
 AMP_MIN_SHARE = 0.5
-# ... and when the estimated saving is measurable at all: at least 1 us per iteration (the report
-# shows stakes in ms with three decimals, so nothing smaller is ever shown as "0.000 ms"). There is
-# no threshold relative to the iteration, as DLProf had none: it advised AMP to small FP32 models
-# too. Enabling AMP is a few lines, and the finding's severity (from the stake's share of the
-# iteration) already tells a model where it matters from one where it hardly does.
-AMP_MIN_STAKE_NS = 1_000
+# ... and when the estimated saving is measurable at all: the report's general minimum (MIN_STAKE_NS,
+# what it shows as at least 0.001 ms). There is no threshold relative to the iteration, as DLProf
+# had none: it advised AMP to small FP32 models too. Enabling AMP is a few lines, and the finding's
+# severity (from the stake's share of the iteration) tells a model where it matters from one where
+# it hardly does.
+AMP_MIN_STAKE_NS = MIN_STAKE_NS
 # Speed-up assumed for FP32 (FFMA) GEMM/conv kernels moved to FP16/bf16 Tensor Cores. NVIDIA's
 # mixed-precision training guide reports up to 3x for whole networks; the GEMM/conv kernels
 # themselves gain more (H100 dense FP16 Tensor Core peak is ~15x its FP32 FFMA peak), so 3x on

@@ -52,25 +52,28 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
     duration = bd["duration"].to_numpy(dtype=np.float64)
     wall = float(duration.sum())
     busy = bd["gpu_busy"].to_numpy(dtype=np.float64)
-    # The summary's GPU Utilization %: time with a kernel running, averaged over the GPUs, over the
-    # aggregated iterations (one figure, one definition: the same number in every report).
-    utilization = float(busy.sum()) / wall if wall else 0.0
+    # The summary's GPU Utilization % (time with a kernel running, averaged over the GPUs: one figure,
+    # one definition), of each iteration; the median decides, so warm-up steps do not.
+    per_iteration = busy / np.maximum(duration, 1.0)
+    utilization = float(np.median(per_iteration))
+    overall = float(busy.sum()) / wall if wall else 0.0
     if utilization >= UNDERUTILIZED_MAX_BUSY:
         return []
     gpu = (bd["tc_kernel"] + bd["kernel"] + bd["memory"]).to_numpy(dtype=np.float64)
     typical = {name: float(np.median(bd[name].to_numpy())) for name in IDLE_CLASSES}
     largest = max(typical, key=lambda name: typical[name])
     idle = float(np.median(duration - gpu))
-    low = facts.aggregated[busy / np.maximum(duration, 1.0) < UNDERUTILIZED_MAX_BUSY]
+    low = facts.aggregated[per_iteration < UNDERUTILIZED_MAX_BUSY]
     parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in sorted(typical, key=typical.get, reverse=True))
     summary = ", ".join(f"{CLASS_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
     return [Finding(
         detector="underutilized_gpu",
-        problem=(f"The GPU is underutilized: GPU Utilization is {utilization:.1%} (share of the aggregated time with "
-                 f"a kernel running, averaged over GPUs); the largest part of the time without GPU work is "
-                 f"{IDLE_CLASSES[largest]}"),
+        problem=(f"The GPU is underutilized: GPU Utilization is {utilization:.1%} in a typical iteration (share of "
+                 f"the time with a kernel running, averaged over GPUs); the largest part of the time without GPU "
+                 f"work is {IDLE_CLASSES[largest]}"),
         recommendation=IDLE_ADVICE[largest],
-        evidence=(f"summary over {facts.iterations_label}: GPU Utilization {pct(busy.sum(), wall)}, {summary}; "
+        evidence=(f"GPU Utilization of the median iteration {utilization:.1%}; summary over {facts.iterations_label}: "
+                  f"GPU Utilization {overall:.1%}, {summary}; "
                   f"median iteration {ms(float(np.median(duration)))}: kernels or copies running "
                   f"{ms(float(np.median(gpu)))}, neither running {ms(idle)} ({parts})"),
         time_at_stake_ns=idle,

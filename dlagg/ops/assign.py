@@ -164,6 +164,10 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
         found, loose = _instances(profile, iterations, work, parsed, keep)
     else:
         loose = outermost_calls(profile.runtime)  # no range at all: every CUDA call is outside them
+    # A range ending on another thread defines no op, but a call made inside it is inside a range.
+    crossing = ~same_thread & (allowed is None or np.isin(rng["domain_id"].to_numpy(), allowed))
+    if crossing.any() and loose.any():
+        loose &= ~_inside(rng[crossing], profile.runtime)
     if found is None:
         ops = empty_ops(len(work))
     else:
@@ -305,6 +309,20 @@ def outside_every_range(forest: Forest, api: pd.DataFrame, api_range: np.ndarray
     return loose
 
 
+def _inside(ranges: pd.DataFrame, api: pd.DataFrame) -> np.ndarray:
+    """Mask of the API calls that start inside one of `ranges` on their thread (a few ranges: loop over threads)."""
+    inside = np.zeros(len(api), dtype=bool)
+    tid = api["global_tid"].to_numpy()
+    for thread in np.unique(ranges["global_tid"].to_numpy()):  # threads of a few ranges, not events
+        mine = ranges["global_tid"].to_numpy() == thread
+        s, e = intervals.merge(ranges["start"].to_numpy()[mine], ranges["end"].to_numpy()[mine])
+        calls = np.flatnonzero(tid == thread)
+        t = api["start"].to_numpy()[calls]
+        block = np.searchsorted(s, t, side="right") - 1
+        inside[calls[(block >= 0) & (t < e[np.maximum(block, 0)])]] = True
+    return inside
+
+
 UNASSOCIATED = "unassociated_"
 
 
@@ -316,6 +334,8 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
     ``_CompleteModel_`` row, not under ``/``."""
     api = profile.runtime
     calls = np.flatnonzero(loose)
+    # calls outside every iteration window belong to no iteration whatever the range aggregated: no op
+    calls = calls[iterations.assign(api["start"].to_numpy()[calls]) >= 0]
     if len(calls) == 0:
         return ops
     name_id = api["name_id"].to_numpy()[calls]

@@ -13,9 +13,10 @@ report), the Total over the aggregated iterations and the Avg., Min and Max **pe
 row's total in each aggregated iteration (0 in an iteration without such a call), averaged, and its
 smallest and largest value.
 
-The report keeps its base figures per (group path, op, iteration): calls and the figures' sums. The
-rows are derived from them, so several ranks' base figures combine first (iteration i of every rank
-adds up) and the prefixes after.
+The report keeps its base figures per (group path, iteration): calls and the figures' sums, and the
+ops of each group path with their Tensor Core eligibility and use. The rows are derived from them, so
+several ranks' base figures combine first (iteration i of every rank adds up, an op of several ranks
+counts once) and the prefixes after.
 """
 
 from __future__ import annotations
@@ -42,65 +43,75 @@ FIELDS = (
     *METRIC_FIELDS,
 )
 TOTALS = tuple(f for f in METRIC_FIELDS if f.key.endswith("_total_ns"))
-# Base figures: one row per (group path, op, iteration).
+# Base figures: calls and figure sums per (group path, iteration) ...
 BASE_FIELDS = (
     Field("path", "Group Path", merge=KEY),
-    Field("op", "Op Key", merge=KEY),
     Field("iteration", "Iteration", merge=KEY),
-    Field("tc_eligible", "TC Eligible", merge=ANY),
-    Field("using_tc", "Using TC", merge=ANY),
     FIELDS[1],
     *TOTALS,
+)
+# ... and the ops of each group path (counted once per prefix, over ranks too).
+PATH_OP_FIELDS = (
+    Field("path", "Group Path", merge=KEY),
+    Field("op", "Op Key", merge=KEY),
+    Field("tc_eligible", "TC Eligible", merge=ANY),
+    Field("using_tc", "Using TC", merge=ANY),
 )
 ITERATIONS = Field("iterations", "Aggregated Iterations", COUNT)
 
 
-def per_path_op(ctx: RankContext) -> pd.DataFrame:
-    """Base figures: calls and figure sums per (group path, op, iteration) of the aggregated calls."""
+def base_figures(ctx: RankContext) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(calls and figure sums per (group path, iteration), the ops per group path) of the aggregated calls."""
     inst = ctx.op_instances
-    path = inst["path"].astype(object).to_numpy()
-    grouped = inst.groupby([path, inst["key"].to_numpy(), inst["iteration"].to_numpy()], sort=False)
+    codes = np.asarray(inst["path"].array.codes)
+    paths = np.asarray(inst["path"].array.categories, dtype=object)
+    grouped = inst.groupby([codes, inst["iteration"].to_numpy()], sort=False)
     columns: dict[str, pd.Series] = {"calls": grouped.size()}
     for (column, _, _), total in zip(METRICS, TOTALS, strict=True):
         columns[total.key] = grouped[column].sum()
-    base = pd.DataFrame(columns).rename_axis(["path", "key", "iteration"]).reset_index()
+    base = pd.DataFrame(columns).rename_axis(["code", "iteration"]).reset_index()
+    base["path"] = paths[base["code"].to_numpy()]
+    pairs = pd.DataFrame({"code": codes, "key": inst["key"].to_numpy()}).drop_duplicates()
     ops = ctx.ops.ops
-    keys = base["key"].to_numpy()
-    base["op"] = ops["op_key"].reindex(keys).to_numpy(dtype=object)
-    base["tc_eligible"] = ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool)
-    base["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
-    return base[[f.key for f in BASE_FIELDS]]
+    keys = pairs["key"].to_numpy()
+    path_ops = pd.DataFrame({
+        "path": paths[pairs["code"].to_numpy()],
+        "op": ops["op_key"].reindex(keys).to_numpy(dtype=object),
+        "tc_eligible": ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool),
+        "using_tc": op_usage(inst).reindex(keys).to_numpy(dtype=bool),
+    })
+    return base[[f.key for f in BASE_FIELDS]], path_ops[[f.key for f in PATH_OP_FIELDS]]
 
 
-def _rows(rows: pd.DataFrame, group: str, iterations: int) -> pd.DataFrame:
-    """Report rows from base rows labelled by `group` (their prefix): totals, and per-iteration averages,
-    minima and maxima over `iterations` aggregated iterations."""
-    grouped = rows.groupby(group, sort=False)
-    table = pd.DataFrame({"calls": grouped["calls"].sum()})
-    ops = rows.drop_duplicates([group, "op"]).groupby(group, sort=False)[["tc_eligible", "using_tc"]].sum()
-    table["tc_eligible_ops"] = ops["tc_eligible"].reindex(table.index).to_numpy()
-    table["using_tc_ops"] = ops["using_tc"].reindex(table.index).to_numpy()
-    per_iteration = rows.groupby([group, "iteration"], sort=False)[[f.key for f in TOTALS]].sum()
-    seen = per_iteration.groupby(level=0, sort=False).size().reindex(table.index).to_numpy()
-    missing = seen < iterations  # an iteration without a call of the row counts 0
+def _rows(rows: pd.DataFrame, ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """Report rows from base rows and path-op rows labelled by their `prefix`: totals, ops, and
+    per-iteration averages, minima and maxima over `iterations` aggregated iterations."""
+    per_iteration = rows.groupby(["prefix", "iteration"], sort=False)[["calls", *(f.key for f in TOTALS)]].sum()
+    by = per_iteration.groupby(level=0, sort=False)
+    table = pd.DataFrame({"calls": by["calls"].sum()})
+    counted = ops.drop_duplicates(["prefix", "op"]).groupby("prefix", sort=False)[["tc_eligible", "using_tc"]].sum()
+    table["tc_eligible_ops"] = counted["tc_eligible"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
+    table["using_tc_ops"] = counted["using_tc"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
+    missing = by.size().reindex(table.index).to_numpy() < iterations  # an iteration without a call counts 0
     for k, total in enumerate(TOTALS):
         avg, low, high = METRIC_FIELDS[4 * k + 1:4 * k + 4]
-        by = per_iteration[total.key].groupby(level=0, sort=False)
-        sums = by.sum().reindex(table.index)
+        sums = by[total.key].sum().reindex(table.index)
         table[total.key] = sums.to_numpy(dtype=np.int64)
         table[avg.key] = sums.to_numpy(dtype=np.float64) / max(iterations, 1)
-        table[low.key] = np.where(missing, 0, by.min().reindex(table.index).to_numpy()).astype(np.int64)
-        table[high.key] = by.max().reindex(table.index).to_numpy(dtype=np.int64)
+        table[low.key] = np.where(missing, 0, by[total.key].min().reindex(table.index).to_numpy()).astype(np.int64)
+        table[high.key] = by[total.key].max().reindex(table.index).to_numpy(dtype=np.int64)
     return table.rename_axis("name").reset_index()
 
 
-def by_prefix(base: pd.DataFrame, iterations: int) -> pd.DataFrame:
-    """The report's rows: per group path prefix, then the whole model, from the base figures."""
+def by_prefix(base: pd.DataFrame, path_ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """The report's rows: per group path prefix, then the whole model, from the base figures (a few
+    distinct paths: the prefixes are expanded on (path, iteration) and (path, op) rows only)."""
     pathless = base["path"].astype(str).to_numpy() == ""  # CUDA calls outside every NVTX range
     prefixes = path_prefixes(base["path"][~pathless])  # (path, prefix) for the distinct paths
-    rows = base[~pathless].merge(prefixes, on="path")
-    table = _rows(rows, "prefix", iterations).sort_values("name", kind="stable")
-    complete = _rows(base.assign(prefix=COMPLETE_MODEL), "prefix", iterations)
+    with_path = path_ops[path_ops["path"].astype(str).to_numpy() != ""]
+    table = _rows(base[~pathless].merge(prefixes, on="path"), with_path.merge(prefixes, on="path"), iterations)
+    complete = _rows(base.assign(prefix=COMPLETE_MODEL), path_ops.assign(prefix=COMPLETE_MODEL), iterations)
+    table = table.sort_values("name", kind="stable")
     return pd.concat([table, complete], ignore_index=True)[[f.key for f in FIELDS]]
 
 
@@ -111,27 +122,31 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     its = ctx.iterations
     count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, its.stop - its.start + 1)], csv=False)
     if ctx.op_instances.empty:
-        return Report("group_node", "group_op", (Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
-                                                 Table("path_ops", "Group Path Ops", BASE_FIELDS,
-                                                       empty(BASE_FIELDS), csv=False), count),
-                      warnings=no_ops_warning(ctx, "group_node"))
-    base = per_path_op(ctx)
+        return Report("group_node", "group_op", (
+            Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
+            Table("path_iterations", "Group Path Iterations", BASE_FIELDS, empty(BASE_FIELDS), csv=False),
+            Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, empty(PATH_OP_FIELDS), csv=False),
+            count), warnings=no_ops_warning(ctx, "group_node"))
+    base, path_ops = base_figures(ctx)
     return Report("group_node", "group_op", (
-        Table("groups", "Group Op Report", FIELDS, by_prefix(base, its.stop - its.start + 1)),
-        Table("path_ops", "Group Path Ops", BASE_FIELDS, base, csv=False),
+        Table("groups", "Group Op Report", FIELDS, by_prefix(base, path_ops, its.stop - its.start + 1)),
+        Table("path_iterations", "Group Path Iterations", BASE_FIELDS, base, csv=False),
+        Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, path_ops, csv=False),
         count,
     ))
 
 
 @merges("group_node")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
-    """The base figures per (group path, op, iteration) combine over ranks (iteration i of every rank adds
-    up); the rows are derived from them, per iteration over the iterations any rank aggregated."""
-    base = merge_tables([r.table("path_ops") for r in reports])
+    """The base figures per (group path, iteration) and the ops per group path combine over ranks
+    (iteration i of every rank adds up; an op of several ranks counts once); the rows are derived from
+    them, per iteration over the iterations any rank aggregated."""
+    base = merge_tables([r.table("path_iterations") for r in reports])
+    path_ops = merge_tables([r.table("path_ops") for r in reports])
     selected = set().union(*(set(r.iterations.selected) for r in job.ranks))
     groups = reports[0].main
-    rows = by_prefix(base.frame, len(selected)) if len(base) else groups.frame
+    rows = by_prefix(base.frame, path_ops.frame, len(selected)) if len(base) else groups.frame
     count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, len(selected))], csv=False)
     warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
-    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, count),
-                  warnings=warnings)
+    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, path_ops,
+                                             count), warnings=warnings)

@@ -3,7 +3,8 @@
 Times here are sums of kernel durations (memcpy/memset are not kernels and are left out), so
 ``Total GPU Time`` can differ from the detail report's GPU time, which is the union of all the
 op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. Kernel counts are
-distinct kernels by short name, as DLProf counts them (the names listed next to them), not launches.
+distinct kernels by short name, as DLProf counts them (the names listed next to them), not launches;
+a kernel is listed as a TC kernel of the op when any of its launches there ran on Tensor Cores.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Serie
     selected = ctx.op_instances
     mine = (work["kind"].to_numpy() == KERNEL) & np.isin(instance, selected.index.to_numpy())
     key = ctx.ops.instances["key"].to_numpy()[instance[mine]]
-    rows = ctx.profile.kernels["short_name_id"].to_numpy()[work["row"].to_numpy()[mine]]
-    tc = ctx.uses_tc(work["name_id"].to_numpy()[mine])
-    pairs = pd.DataFrame({"key": key, "short": rows, "tc": tc}).drop_duplicates()
+    names = work["name_id"].to_numpy()[mine]
+    tc = ctx.uses_tc(names)
+    # a kernel (short name) is a TC kernel of the op when any of its launches there ran on Tensor Cores
+    pairs = pd.DataFrame({"key": key, "short": ctx.short_name_ids(names), "tc": tc}).groupby(
+        ["key", "short"], sort=False)["tc"].any().reset_index()
     pairs = pairs[pairs["key"].isin(keys)]
     pairs["name"] = ctx.profile.strings.decode(pairs["short"]).to_numpy()
 
