@@ -339,6 +339,9 @@ def test_dlprof_export_summary_layout(tmp_path: Path) -> None:
     assert "CUDA Driver Version" not in labels and system["CUDA Version"] == 11.7  # CudaDriverVersion 11070
     assert system["GPU Driver Version"] == "515.43.04"  # NvDriverVersion 5154304
     assert "Key Node" not in sections["Iterations"].values()
+    assert json_table(out, "summary", "iterations_summary")["key_node"].tolist() == ["(not found)"]  # JSON says it
+    # one iteration without a key node has no CPU side to compare: no note
+    assert not [w for w in json_warnings(out, "summary") if "CPU-side and GPU-side" in w]
     # labels bare, as DLProf writes them: no line starts with a quote
     assert not [line for line in text.splitlines() if line.startswith('"')]
     assert "\nAll ops," in text and "\nMemory," in text and "\nGPU Count,1\n" in text

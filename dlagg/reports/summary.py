@@ -10,7 +10,8 @@ the first aggregated iteration's start to the end of the last one's GPU work. Ea
 CPU-side time (key-node instance to key-node instance: the host's pace) and GPU-side time (end of
 the GPU work launched in the previous iteration to the end of its own: the GPU's pace) are figures
 of the per-iteration table, their means of the Iterations section (JSON, TensorBoard), and a
-warning says when the means differ by more than ``PACE_NOTE_SHARE``.
+warning says when the means differ by more than ``PACE_NOTE_SHARE`` (not without a key node, whose
+one iteration has no CPU side to speak of).
 
 Kernels are identified by their short name, as DLProf does: ``# Kernels`` counts distinct short
 names (``fft2d_r2c_32x32`` once, whatever its template instances), and the Memory row distinct
@@ -354,7 +355,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     warnings = []
     if tc_util is None:
         warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
-    note = pace_note(*pace(agg))
+    note = pace_note(*pace(agg)) if its.found else None  # without a key node there is no CPU side
     if note:
         warnings.append(note)
     return Report(
@@ -435,7 +436,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
                                   if not w.startswith(PACE_NOTE) and not w.startswith("summary: no Tensor-Core")))
     if not eligible:
         warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
-    note = pace_note(*pace(agg))
+    note = pace_note(*pace(agg)) if all(r.iterations.found for r in job.ranks) else None
     if note:
         warnings.append(note)
     if len(set(counts)) > 1:
