@@ -16,15 +16,16 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import DlaggError
-from .log import DIAGNOSTIC, NORMAL, Log, glibc
-from .options import VERBOSITIES, Options
+from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, glibc
+from .options import VERBOSITIES, Baseline, Options
 from .pipeline import run
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
-from .writers import WRITERS
+from .writers import WRITERS, how_to_open
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
+SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -54,6 +55,26 @@ def workers(text: str) -> int:
     return value
 
 
+def percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got '{text}'") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a percentage of at least 0, got {text}")
+    return value
+
+
+def rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"ranks are numbered from 0, got {value}")
+    return value
+
+
 def iteration(text: str) -> int:
     try:
         value = int(text)
@@ -68,12 +89,17 @@ def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
     for name, spec in REPORTS.items():
         lines.append(f"  {name:<15} {spec.description}")
+    compare = "With --baseline: every figure before and after, its change, and whether it is more than noise"
+    lines.append(f"  {'compare':<15} {compare}")
     lines += [
         "",
         "examples:",
         "  dlagg --nsys_database=run.sqlite --reports=all",
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
+        "  dlagg --nsys_database=after.sqlite --baseline=before.sqlite --reports=all --fail_if_slower=5",
+        "  dlagg --nsys_database=run.sqlite --ncu_report=step.csv --reports=all      # with the roofline",
+        "  dlagg --ncu_report=step.csv --peaks=peaks.json --reports=roofline      # ncu alone, measured ceilings",
     ]
     return "\n".join(lines)
 
@@ -95,13 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", required=True,
+    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", default=None,
         help="the nsys SQLite export(s) or nvprof databases (nvprof -o / .nvvp) to read, read-only: a file, a comma "
-             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks)")
+             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks). Needed by "
+             "every report but the roofline")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); none by default, like DLProf")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
-        help=f"report file formats: comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} (default csv)")
+        help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
+             "(default csv; html: one self-contained page with plots)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
     add("--profile_name", default="dlagg", metavar="NAME", help="prefix of every output file name (default dlagg)")
     add("--key_node", "--key_op", dest="key_node", default=None, metavar="NAME",
@@ -123,10 +151,53 @@ def build_parser() -> argparse.ArgumentParser:
     add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
         help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
              "needs pip install 'dlagg[dask]'")
+    add("--ncu_report", default=None, metavar="CSV",
+        help="Nsight Compute metrics of one training step ('ncu -i step.ncu-rep --csv --page raw > step.csv', plain "
+             "or .gz), read-only: adds the roofline report, roofline figures to the kernel, op_type and summary "
+             "reports, and measured Tensor Core use; alone (no --nsys_database) it gives the roofline report only")
+    add("--peaks", default=None, metavar="JSON",
+        help="measured ceilings replacing ncu's own where the file names them (format: docs/roofline.md)")
+    add("--ncu_rank", type=rank, default=None, metavar="N",
+        help="the rank whose process ncu profiled, when the nsys export(s) hold several (default: the first rank)")
+    add_baseline_arguments(parser)
     return parser
 
 
-def options_from(args: argparse.Namespace) -> Options:
+BASELINE_OVERRIDES = ("key_node", "iter_start", "iter_stop", "domains", "profile_name")
+
+
+def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
+    """Comparison with a baseline profile (dlagg/compare.py)."""
+    group = parser.add_argument_group("comparing with a baseline (did my change help?)")
+    add = group.add_argument
+    add("--baseline", default=None, metavar="FILES",
+        help="the profile before the change, read like --nsys_database (file, comma list, glob, folder): writes "
+             "report compare, prints a verdict and adds the baseline's TensorBoard run")
+    add("--baseline_key_node", default=None, metavar="NAME", help="the baseline's key node (default: --key_node)")
+    add("--baseline_iter_start", type=iteration, default=None, metavar="N",
+        help="the baseline's first aggregated iteration (default: --iter_start)")
+    add("--baseline_iter_stop", type=iteration, default=None, metavar="N",
+        help="the baseline's last aggregated iteration (default: --iter_stop)")
+    add("--baseline_domains", type=comma_list, default=None, metavar="LIST",
+        help="the baseline's NVTX op domains (default: --domains)")
+    add("--baseline_profile_name", default=None, metavar="NAME",
+        help="the baseline's TensorBoard run (default: <profile_name>_baseline)")
+    add("--fail_if_slower", type=percent, default=None, metavar="PCT",
+        help=f"exit with code {SLOWER} when the run is significantly slower than the baseline by more than PCT "
+             "percent (for CI)")
+
+
+def baseline_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Baseline | None:
+    if args.baseline is None:
+        given = [f"--{n}" for n in ("fail_if_slower", *(f"baseline_{o}" for o in BASELINE_OVERRIDES))
+                 if getattr(args, n) is not None]
+        if given:
+            parser.error(f"{', '.join(given)} need(s) --baseline=FILES (the profile to compare with)")
+        return None
+    return Baseline(args.baseline, **{o: getattr(args, f"baseline_{o}") for o in BASELINE_OVERRIDES})
+
+
+def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> Options:
     return Options(
         nsys_database=args.nsys_database,
         reports=args.reports,
@@ -144,6 +215,10 @@ def options_from(args: argparse.Namespace) -> Options:
         per_rank=args.per_rank,
         workers=args.workers,
         scheduler=args.scheduler,
+        ncu_report=args.ncu_report,
+        peaks=args.peaks,
+        ncu_rank=args.ncu_rank,
+        baseline=baseline,
     )
 
 
@@ -164,9 +239,15 @@ def tune_process() -> None:
         mallopt(M_ARENA_MAX, 1)
 
 
+def _input_name(options: Options) -> str:
+    """The input file a message names: the nsys export, else the ncu report."""
+    return Path(str(options.nsys_database if options.nsys_database is not None else options.ncu_report)).name
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    options = options_from(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = options_from(args, baseline_from(args, parser))
     tune_process()
     log = Log(options.level)
     try:
@@ -178,20 +259,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
     except MemoryError:
-        source = Path(str(options.nsys_database)).name
+        source = _input_name(options)
         print(f"dlagg: error: out of memory on {source}; dlagg needs up to about twice the "
               "export's size in memory: run it on a machine with more", file=sys.stderr)
         return INTERNAL
     except Exception as exc:  # a bug: one line, the traceback only when asked for
         if options.level >= DIAGNOSTIC:
             traceback.print_exc()
-        print(f"dlagg: internal error on {Path(str(options.nsys_database)).name}: {type(exc).__name__}: {exc}; "
+        print(f"dlagg: internal error on {_input_name(options)}: {type(exc).__name__}: {exc}; "
               "rerun with -v diagnostic for the traceback and report it with the nsys version", file=sys.stderr)
         return INTERNAL
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
-    if not options.reports:
+    if result.comparison is not None and options.level >= MINIMAL:
+        print(f"Compared with the baseline: {result.comparison.verdict.text}")
+    if not options.reports and result.comparison is None:
         log.result("no report requested: pass --reports=all (or a comma list) to write reports")
         return 0
     if not result.written:
@@ -200,6 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     folders = sorted({str(p.parent) for p in result.written})
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
+    for line in how_to_open(result.written):
+        log.result(line)
+    if result.comparison is not None and args.fail_if_slower is not None:
+        verdict = result.comparison.verdict
+        if verdict.slower_than(args.fail_if_slower):
+            log.result(f"error: {100.0 * (verdict.ratio - 1.0):.1f}% slower than the baseline (significantly), more "
+                       f"than --fail_if_slower={args.fail_if_slower:g}")
+            return SLOWER
     return 0
 
 

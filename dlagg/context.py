@@ -1,8 +1,8 @@
 """What every report builder and detector reads about one rank: its profile, iterations and options,
 plus the frames derived from them, each computed once, when first asked for.
 
-Contract: ``RankContext(profile, iterations, options)``. The derived frames form a small graph,
-computed lazily because a run asks only for some reports (``--reports=kernel`` needs no time
+Contract: ``RankContext(profile, iterations, options, rank=None)``. The derived frames form a small
+graph, computed lazily because a run asks only for some reports (``--reports=kernel`` needs no time
 partition):
 
     work          <- profile                       GPU work with its launching API call (timeline.correlate)
@@ -10,7 +10,11 @@ partition):
     iterations    <- iterations as detected, work  each iteration ending with the GPU work launched in it
                                                    when that ends later (timeline.iterations.with_gpu_work)
     selected_work <- work                          the aggregated iterations' rows
-    uses_tc       <- profile                       Tensor Core use per kernel name (classify)
+    roofline      <- options.ncu_report, work      the ncu kernels' roofline, matched to this rank's kernels
+                                                   (dlagg.roofline); None without --ncu_report or when the
+                                                   ncu report belongs to another rank (options.ncu_rank)
+    uses_tc       <- profile, roofline             Tensor Core use per kernel name: measured by ncu where a
+                                                   launch of that name was, else guessed from it (classify)
     breakdown     <- profile, iterations, work, uses_tc   per-iteration time partition (timeline.breakdown)
     ops           <- profile, iterations, work, uses_tc   op instances and ops (dlagg.ops)
     op_instances  <- ops, iterations               the aggregated iterations' op calls, op columns joined
@@ -30,6 +34,7 @@ from .classify import uses_tensor_cores
 from .model import Iterations, Profile, categorical, factorize_ids, rows_where
 from .ops import Ops, find_ops
 from .options import Options
+from .roofline import KernelMatch, Roofline, analyse, measured_tc
 from .timeline.breakdown import time_breakdown
 from .timeline.correlate import gpu_work
 from .timeline.iterations import with_gpu_work
@@ -46,10 +51,11 @@ class RankContext:
     are the same with GPU-side ends (``model.Iterations``), which every report uses.
     """
 
-    def __init__(self, profile: Profile, iterations: Iterations, options: Options) -> None:
+    def __init__(self, profile: Profile, iterations: Iterations, options: Options, rank: int | None = None) -> None:
         self.profile = profile
         self.detected = iterations
         self.options = options
+        self.rank = rank  # this rank's number in its job (None: not known, as in a one-rank run)
 
     @cached_property
     def work(self) -> pd.DataFrame:
@@ -69,9 +75,37 @@ class RankContext:
         work = self.work
         return rows_where(work, self.iterations.in_selection(work["iteration"].to_numpy()))
 
+    @property
+    def has_roofline(self) -> bool:
+        """Whether this rank has the ncu report: --ncu_report was given and it belongs to this rank
+        (--ncu_rank; a context whose rank is not known takes it)."""
+        o = self.options
+        return o.ncu_report is not None and (o.ncu_rank is None or self.rank is None or self.rank == o.ncu_rank)
+
     @cached_property
-    def _uses_tc_by_id(self) -> pd.Series:
-        """Tensor Core use per kernel-name id (decided once per distinct name)."""
+    def _roofline(self) -> tuple[Roofline, KernelMatch] | None:
+        ncu_report = self.options.ncu_report
+        if ncu_report is None or not self.has_roofline:
+            return None
+        roof, match = analyse(ncu_report, profile=self.profile, iterations=self.iterations, peaks=self.options.peaks,
+                              gpu_work=self.work)
+        assert match is not None  # with a profile there is a match
+        return roof, match
+
+    @property
+    def roofline(self) -> Roofline | None:
+        """The roofline of the ncu report's kernels (rates from their matched nsys times); None
+        without the ncu report on this rank."""
+        return self._roofline[0] if self._roofline else None
+
+    @property
+    def roofline_match(self) -> KernelMatch | None:
+        """How the ncu report's kernels matched this rank's kernels (None without the ncu report)."""
+        return self._roofline[1] if self._roofline else None
+
+    @cached_property
+    def _uses_tc_by_name(self) -> pd.Series:
+        """Tensor Core use per kernel-name id as the names say (decided once per distinct name)."""
         ids = np.unique(self.profile.kernels["name_id"].to_numpy())
         names = self.profile.strings.decode(pd.Series(ids))
         return pd.Series(uses_tensor_cores(names).to_numpy(), index=ids)
@@ -89,10 +123,26 @@ class RankContext:
         ``fft2d_r2c_32x32`` however many template instances it has); -1 for unknown ids."""
         return self._short_by_id.reindex(np.asarray(name_ids)).fillna(-1).to_numpy(dtype=np.int64)
 
+    @cached_property
+    def _uses_tc_by_id(self) -> pd.Series:
+        """Tensor Core use per kernel-name id: ncu's measurement where it has one, else the name's."""
+        by_name = self._uses_tc_by_name
+        if self._roofline is None:
+            return by_name
+        measured = measured_tc(*self._roofline, self.profile.kernels["name_id"].to_numpy())
+        out = by_name.copy()
+        out[measured.index] = measured.to_numpy()
+        return out
+
     def uses_tc(self, name_ids: np.ndarray) -> np.ndarray:
         """Boolean per kernel-name id: the kernel runs on Tensor Cores (False for unknown ids, e.g. -1
-        of memory operations)."""
+        of memory operations). Measured by ncu where the rank has the ncu report and a launch of the
+        name was profiled, else guessed from the name."""
         return self._uses_tc_by_id.reindex(np.asarray(name_ids)).fillna(False).to_numpy(dtype=bool)
+
+    def uses_tc_by_name(self, name_ids: np.ndarray) -> np.ndarray:
+        """As `uses_tc`, from the kernel names alone (what dlagg guesses without ncu data)."""
+        return self._uses_tc_by_name.reindex(np.asarray(name_ids)).fillna(False).to_numpy(dtype=bool)
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:

@@ -13,6 +13,10 @@ Contract:
   the job reports built.
 
 With one rank the job's reports are that rank's, unchanged.
+
+An Nsight Compute report (``--ncu_report``) measured one process: it is analysed on one rank,
+``options.ncu_rank`` (``with_ncu_rank`` sets it: ``--ncu_rank``, else the job's first rank), whose
+reports carry its figures; combined reports take that rank's.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -36,7 +41,8 @@ from .options import Options
 from .reader import load_profile
 from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
-from .reports.base import JOB, MERGERS, JobFigures, RankFigures, build_order
+from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
+from .reports.roofline import tc_warning
 from .timeline.iterations import detect_iterations
 
 OPS_INDEX = ["op_key", "op_type", "order", "forward_op_key"]
@@ -84,14 +90,21 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     if iterations.found:
         log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
                  f"aggregating {iterations.start} to {iterations.stop}{where}")
-    ctx = RankContext(profile, iterations, options)
+    ctx = RankContext(profile, iterations, options, rank=source.rank)
     iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
+    if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
+        with log.stage(f"read and matched {os.path.basename(str(options.ncu_report))}"):
+            roof, match = ctx.roofline, ctx.roofline_match
+        assert roof is not None and match is not None
+        warnings += [*roof.warnings, *tc_warning(ctx)]
+        if not match.unmatched_names:  # else a warning says it
+            log.info(f"{match.summary()}{where}")
     reports: dict[str, Report] = {}
     so_far = RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
                          ops=pd.DataFrame(), comm=None, warnings=(), seconds=0.0)
     for name in build_order(names):
         spec = REPORTS[name]
-        if spec.scope == JOB:
+        if spec.scope == JOB or (NCU in spec.inputs and not ctx.has_roofline):  # the ncu report is another rank's
             continue
         empty = [t for t in sorted(spec.requires) if len(getattr(profile, t)) == 0]
         if empty:
@@ -234,6 +247,20 @@ def _subset(figures: JobFigures, name: str) -> JobFigures:
     """The job restricted to the ranks that built report `name`."""
     ranks = tuple(r for r in figures.ranks if name in r.reports)
     return JobFigures(figures.job, ranks, figures.matched)
+
+
+def with_ncu_rank(options: Options, job: Job) -> Options:
+    """`options` with ``ncu_rank`` set to the rank the ncu report belongs to: the one asked for
+    (checked against the job's ranks), else the job's first rank. Unchanged without an ncu report."""
+    if options.ncu_report is None:
+        return options
+    ranks = [s.rank for s in job.sources]
+    if options.ncu_rank is None:
+        return replace(options, ncu_rank=ranks[0])
+    if options.ncu_rank not in ranks:
+        raise OptionsError(f"--ncu_rank={options.ncu_rank}: the job has no such rank; its ranks are "
+                           f"{', '.join(map(str, ranks))} (pass the rank whose process ncu profiled)")
+    return options
 
 
 def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool) -> Callable[[RankSource],

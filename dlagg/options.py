@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 VERBOSITIES = ("quiet", "minimal", "normal", "detailed", "diagnostic")
@@ -15,7 +15,8 @@ class Options:
     Field names follow DLProf's command line (``--nsys_database``, ``--key_node``, ...).
     """
 
-    nsys_database: Path | str  # one export, a comma list, a glob or a folder (reader.discover.input_paths)
+    # one export, a comma list, a glob or a folder (reader.discover.input_paths); None: ncu_report alone
+    nsys_database: Path | str | None = None
     reports: tuple[str, ...] = ()
     formats: tuple[str, ...] = ("csv",)
     output_path: Path = Path(".")
@@ -31,8 +32,52 @@ class Options:
     per_rank: bool = False  # also write every report per rank (<output_path>/rank<N>/)
     workers: int | None = None  # processes reading ranks at once (None: one per core; 1: in this process)
     scheduler: str | None = None  # address of a Dask distributed scheduler that reads the ranks instead
+    # Roofline (docs/roofline.md): the 'ncu --csv --page raw' export of one training step, a peaks file
+    # whose ceilings replace ncu's own, and the rank ncu profiled (None: the job's first rank)
+    ncu_report: Path | str | None = None
+    peaks: Path | str | None = None
+    ncu_rank: int | None = None
+    baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
 
     @property
     def level(self) -> int:
         """Verbosity as a number: 0 quiet ... 4 diagnostic."""
         return VERBOSITIES.index(self.verbosity)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The "before" profile of a comparison (``--baseline``), read like the current one.
+
+    The key node, iteration range and domains are the current profile's unless given here
+    (``--baseline_key_node`` etc., for two runs that differ in them).
+    """
+
+    nsys_database: Path | str  # a spec like Options.nsys_database: a file, comma list, glob or folder
+    key_node: str | None = None
+    iter_start: int | None = None
+    iter_stop: int | None = None
+    domains: tuple[str, ...] | None = None
+    profile_name: str | None = None  # its TensorBoard run; None: "<profile_name>_baseline"
+
+    def run_name(self, current: Options) -> str:
+        return self.profile_name or f"{current.profile_name}_baseline"
+
+    def options(self, current: Options, reports: tuple[str, ...]) -> Options:
+        """The options the baseline is read with: the current ones, with the baseline's file, overrides,
+        run name and `reports`."""
+        return replace(
+            current,
+            nsys_database=self.nsys_database,
+            reports=reports,
+            profile_name=self.run_name(current),
+            key_node=self.key_node if self.key_node is not None else current.key_node,
+            iter_start=self.iter_start if self.iter_start is not None else current.iter_start,
+            iter_stop=self.iter_stop if self.iter_stop is not None else current.iter_stop,
+            domains=self.domains if self.domains is not None else current.domains,
+            per_rank=False,
+            baseline=None,
+            ncu_report=None,  # the Nsight Compute metrics are the current profile's
+            peaks=None,
+            ncu_rank=None,
+        )

@@ -5,31 +5,40 @@ combined over ranks -> writers.
 export with one GPU process) is reduced in this process, and each report is written while the next
 is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
 combined by ``job.combine`` before anything is written.
+
+With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
+with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
+(``reports.roofline.build_alone``), and asking for a report that needs an nsys export is an error.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
+from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
-from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank
+from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import REPORTS, Report
-from .reports.base import JobFigures, RankFigures, one_per_cause
+from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
+from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
+# The pictures reports draw (PNG) are written with their reports, whatever --formats.
+IMAGES = "png"
+ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
 
@@ -41,35 +50,77 @@ class Result:
     reports: tuple[Report, ...]
     written: tuple[Path, ...]
     warnings: tuple[str, ...]
+    comparison: Comparison | None = None  # with --baseline: the compare report (also in `reports`) and verdict
 
     @property
     def iterations(self) -> Iterations:
-        """The first rank's iterations (the only rank's, in a one-rank run)."""
+        """The first rank's iterations (the only rank's, in a one-rank run; a run of an ncu report alone
+        has no rank)."""
         return self.ranks[0].iterations
 
 
-def resolve_reports(requested: tuple[str, ...], several: bool = False) -> list[str]:
+def resolve_reports(requested: tuple[str, ...], several: bool = False,
+                    inputs: frozenset[str] = frozenset({NSYS})) -> list[str]:
     """The requested report names, in registry order; 'all' means every registered report that applies
-    (the ranks and collectives reports when there are several ranks)."""
+    (the ranks and collectives reports when there are several ranks; those whose `inputs` were given:
+    the roofline report with an ncu report, the others with an nsys export)."""
     names: set[str] = set()
+    lacking: list[str] = []
     for name in requested:
         if name == "all":
-            names.update(n for n, spec in REPORTS.items() if several or not spec.only_with_ranks)
-        elif name in REPORTS:
+            names.update(n for n, spec in REPORTS.items()
+                         if (several or not spec.only_with_ranks) and spec.inputs <= inputs)
+        elif name == COMPARE:  # written with --baseline (compare.baseline_job checks it is given)
+            continue
+        elif name in REPORTS and REPORTS[name].inputs <= inputs:
             names.add(name)
+        elif name in REPORTS:
+            lacking.append(name)
         else:
             raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
+    if lacking:
+        if NSYS not in inputs:
+            raise OptionsError(f"--reports: {', '.join(lacking)} need an nsys export: pass --nsys_database (with "
+                               "--ncu_report alone dlagg writes the roofline report only)")
+        raise OptionsError(f"--reports: {', '.join(lacking)} needs Nsight Compute metrics: pass --ncu_report=step.csv "
+                           "(ncu -i step.ncu-rep --csv --page raw > step.csv; docs/roofline.md)")
     return [n for n in REPORTS if n in names]
+
+
+def _inputs(options: Options) -> frozenset[str]:
+    """The inputs given: an nsys export, an ncu report."""
+    return frozenset({*([NSYS] if options.nsys_database is not None else []),
+                      *([NCU] if options.ncu_report is not None else [])})
+
+
+def _check_roofline_options(options: Options) -> None:
+    if options.ncu_report is None:
+        for given, option in ((options.peaks, "--peaks"), (options.ncu_rank, "--ncu_rank")):
+            if given is not None:
+                raise OptionsError(f"{option} applies to the roofline of an Nsight Compute report: pass --ncu_report "
+                                   "too, or leave it out")
+    elif options.nsys_database is None and options.ncu_rank is not None:
+        raise OptionsError("--ncu_rank chooses among the ranks of an nsys export: pass --nsys_database too, or leave "
+                           "it out")
+
+
+def file_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """--formats with 'all' replaced by every registered file format (TensorBoard is -b's business, PNGs are
+    written with the reports that draw them)."""
+    if ALL_FORMATS not in formats:
+        return formats
+    every = [w for w in WRITERS if w not in (TENSORBOARD, IMAGES)]
+    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *every]))
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
-        if fmt not in WRITERS or fmt == TENSORBOARD:
-            choices = ", ".join(w for w in WRITERS if w != TENSORBOARD)
+        if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
+            choices = ", ".join([ALL_FORMATS, *(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))])
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
-def _prepare_output(options: Options, names: list[str], job: Job) -> None:
+def _prepare_output(options: Options, names: list[str], job: Job, also: Sequence[Path] = ()) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -88,7 +139,7 @@ def _prepare_output(options: Options, names: list[str], job: Job) -> None:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
     targets = [p for fmt in _writers(options)
-               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)]
+               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
     if options.per_rank and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
@@ -101,6 +152,8 @@ def _prepare_output(options: Options, names: list[str], job: Job) -> None:
 
 def _writers(options: Options) -> list[str]:
     formats = list(options.formats)
+    if IMAGES in WRITERS:
+        formats.append(IMAGES)
     if not options.suppress_tb_files and TENSORBOARD in WRITERS:
         formats.append(TENSORBOARD)
     return formats
@@ -119,20 +172,26 @@ def _rank_dir(options: Options, rank: int) -> Path:
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
+    options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
+    _check_roofline_options(options)
+    baseline = baseline_job(options)  # None without --baseline
+    if options.nsys_database is None:
+        return _run_ncu_alone(options, log)
     paths = input_paths(options.nsys_database)
     for path in paths:
         check_input(path)
     job = discover(paths)
+    options = with_ncu_rank(options, job)
     several = len(job.sources) > 1
     if several or job.files > 1:
         log.info(f"found {job.describe()}")
-    names = resolve_reports(options.reports, several)
-    if names:
-        _prepare_output(options, names, job)
+    names = resolve_reports(options.reports, several, _inputs(options))
+    if names or baseline:
+        _prepare_output(options, names, job, _comparison_targets(options))
     formats = _writers(options)
     needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
-    build = list(dict.fromkeys([*names, *needed])) if names else []
+    build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
     comm = communication_needed(job, build)
     writes = _Writes(log)
     with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
@@ -161,16 +220,24 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             for name in names:
                 if name in built and name not in early:
                     _submit_per_report(writes, pool, formats, built[name], options, info)
+        comparison = None
+        if baseline is not None:  # the baseline reduced and compared; its event files written
+            comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
+            info = replace(info, reports=(*info.reports, COMPARE))
+            _submit_per_report(writes, pool, formats, comparison.report, options, info)
         warnings = one_per_cause([*(w for r in ranks for w in r.warnings),
-                                  *(w for n in names if n in built for w in built[n].warnings)])
+                                  *(w for n in names if n in built for w in built[n].warnings),
+                                  *(comparison.report.warnings if comparison else ())])
         for warning in warnings:
             log.warn(warning)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in
+        reports += [comparison.report] if comparison else []
         if reports:
             for fmt in formats:
                 if not WRITERS[fmt].per_report:
                     given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-                    writes.submit(pool, fmt, given, _out_dir(options, fmt), info)
+                    writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
+                                  _out_dir(options, fmt), info)
         if options.per_rank and several:
             for rank in ranks:  # ranks, not events
                 rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
@@ -179,13 +246,79 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 except OSError as exc:
                     raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
                                       f"({exc.strerror}); choose another --output_path") from None
-                for name in names:
-                    if name in rank.reports:
-                        for fmt in options.formats:
+                for fmt in options.formats:
+                    if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
+                        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
+                        if given:
+                            writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
+                        continue
+                    for name in names:
+                        if name in rank.reports:
                             writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
                                           rank_info)
         written = writes.results(formats, names)
-    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings))
+    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _comparison_targets(options: Options) -> list[Path]:
+    """What --baseline writes besides the current profile's outputs: the compare report's files and the
+    baseline's TensorBoard run."""
+    if options.baseline is None:
+        return []
+    paths = [p for fmt in _writers(options) if WRITERS[fmt].per_report
+             for p in WRITERS[fmt].targets([COMPARE], _out_dir(options, fmt), options.profile_name)]
+    if TENSORBOARD in _writers(options):
+        paths += WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
+    return paths
+
+
+def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes,
+             pool: ThreadPoolExecutor, log: Log, worker_init: Callable[[], None] | None) -> Comparison:
+    """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
+    (next to the current profile's, under the baseline's run name)."""
+    reads, job = baseline
+    several = len(job.sources) > 1
+    needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
+        if TENSORBOARD in _writers(options) else []
+    names = tuple(dict.fromkeys([*NEEDS, *needed]))
+    with log.stage(f"read the baseline ({job.describe()})"):
+        side = reduce_side(reads, job, names, log=log, worker_init=worker_init)
+    with log.stage("compared with the baseline"):
+        comparison = compare(side, current)
+    if needed:
+        given = [side.reports[n] for n in REPORTS if n in side.reports]
+        info = _run_info(reads, side.figures, list(NEEDS))
+        writes.submit(pool, TENSORBOARD, given, _out_dir(options, TENSORBOARD), info)
+    return comparison
+
+
+def _run_ncu_alone(options: Options, log: Log) -> Result:
+    """--ncu_report without an nsys export: the roofline report of the ncu kernels alone."""
+    if options.ncu_report is None:
+        raise OptionsError("nothing to read: pass --nsys_database (an nsys SQLite export) and/or --ncu_report (an "
+                           "Nsight Compute raw-page CSV)")
+    job = Job(sources=(), files=0, processes=0, numbering="no nsys export")
+    names = resolve_reports(options.reports, inputs=_inputs(options))
+    if not names:
+        return Result(job, (), (), (), ())
+    if "all" in options.reports:
+        log.info("no nsys export: the roofline report only (the other reports need --nsys_database)")
+    _prepare_output(options, names, job)
+    with log.stage(f"built roofline report from {Path(str(options.ncu_report)).name} alone"):
+        report = build_alone(options)
+    for warning in report.warnings:
+        log.warn(warning)
+    info = RunInfo(source=Path(str(options.ncu_report)).name, nsys_version="", key_node="",
+                   key_node_reason="no nsys export: the ncu report's kernels alone", iterations_total=0, iter_start=0,
+                   iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
+                   dlagg_version=__version__, reports=tuple(names), ranks=())
+    formats = _writers(options)
+    writes = _Writes(log)
+    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+        for fmt in formats:
+            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+        written = writes.results(formats, names)
+    return Result(job, (), (report,), tuple(written), report.warnings)
 
 
 def _submit_per_report(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], report: Report,
@@ -242,10 +375,10 @@ class _Writes:
         release_free_memory()
         written: list[Path] = []
         order = {name: k for k, name in enumerate(REPORTS)}
-        jobs = sorted(self.jobs, key=lambda j: order[j[1]])
+        jobs = sorted(self.jobs, key=lambda j: order.get(j[1], len(order)))  # the compare report last
         for fmt in formats:
             done = [job.result() for f, _, job in jobs if f == fmt]
-            if done:
+            if any(paths for paths, _ in done):  # the image writer writes only reports with images
                 self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
             for paths, _ in done:
                 written.extend(paths)

@@ -9,6 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests are timed by how many examples they try, not by a per-example deadline: a deadline
+# fails at random on a loaded 2-core machine (CI) without saying anything about the code.
+settings.register_profile("dlagg", deadline=None)
+settings.load_profile("dlagg")
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "fixtures"

@@ -43,6 +43,10 @@ CASES = [
     ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_execute_segment_k_off_kernel__5x_cublas", False),
     ("sm90_xmma_dgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize256x64x32_warpgroupsize1x1x1_g1_"
      "strided_execute_kernel__5x_cudnn", True),
+    ("sm90_xmma_wgrad_indexed_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize64x64x64_warpgroupsize1x1x1_g1_"
+     "execute_split_k_kernel__5x_cudnn", False),  # split-K step: ncu measured no tensor math (test_roofline)
+    ("sm90_xmma_wgrad_image_first_layer_f16f16_f32_f32_nhwckrsc_nhwc_hmma_k64c4r7s7_stride2x2_tile16x64x64_"
+     "tensor1688_execute_kernel_kernel__5x_cudnn", True),
     ("void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::implicit_gemm::"
      "wgrad_indexed::Warp_specialized_params<float>>(T1)", False),
     # CUTLASS

@@ -19,7 +19,15 @@ from dlagg.pipeline import run
 from dlagg.reports import Report, Table
 from dlagg.reports.figures import NS, PERCENT, Field
 from dlagg.reports.summary import ITERATION_FIELDS, OP_TYPE_ITERATION_FIELDS
-from dlagg.writers.tensorboard_writer import TEXT_ROWS, TOP_OP_TYPES, md_escape, op_type_scalars, table_markdown
+from dlagg.writers.tensorboard_writer import (
+    TEXT_CELL_PX,
+    TEXT_PAGE_ROWS,
+    TOP_OP_TYPES,
+    _text_px,
+    md_escape,
+    op_type_scalars,
+    table_markdown,
+)
 
 from .conftest import recording
 
@@ -79,6 +87,30 @@ def parse_md_table(markdown: str) -> pd.DataFrame:
                 for p in parts]
 
     return pd.DataFrame([cells(line) for line in lines[2:]], columns=cells(lines[0]))
+
+
+def unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def text_table(texts: dict[str, str], tag: str) -> pd.DataFrame:
+    """Every page and column group of a text dashboard table back as one frame of cell texts, each
+    cut text replaced by the whole text listed under its page."""
+    keys = sorted(t for t in texts if t == tag or t.startswith(f"{tag}/page "))  # zero-padded page numbers
+    assert keys, tag
+    pages = []
+    for key in keys:
+        markdown = texts[key]
+        body, _, notes = markdown.partition("Whole texts:")
+        whole = {int(n): unescape(text) for n, text in re.findall(r"^(\d+)\. (.*)$", notes, re.M)}
+        blocks = re.findall(r"((?:^\|.*\n?)+)", body, re.M)
+        groups = [parse_md_table(block) for block in blocks]
+        page = pd.concat([groups[0], *(g.iloc[:, 1:] for g in groups[1:])], axis=1)
+        for column in page.columns:
+            page[column] = [whole[int(m.group(1))] if (m := re.search(r"…\[(\d+)\]$", v)) else v
+                            for v in page[column]]
+        pages.append(page)
+    return pd.concat(pages, ignore_index=True)
 
 
 def number(text: str) -> float:
@@ -198,7 +230,8 @@ def test_kernel_count_and_tc_utilization_equal_the_reports(amp: Path, amp_all: P
 
 def test_text_dashboards_equal_the_reports(amp: Path) -> None:
     main = read_run(amp / "event_files" / "dlagg")
-    assert not any(tag.startswith("iteration/") for tag in main.texts)  # one row per launch: charted instead
+    (launches,) = [tag for tag in main.texts if tag.startswith("iteration/")]  # one row per launch: one line
+    assert "charted per iteration" in main.texts[launches] and "|" not in main.texts[launches]
     summary = report_json(amp, "summary")
     for section in [t for t in summary["tables"] if t["csv"]]:
         table = parse_md_table(main.texts[f"summary/{section['title']}"])
@@ -212,14 +245,16 @@ def test_text_dashboards_equal_the_reports(amp: Path) -> None:
                     assert shown == str(value)
 
     kernels = section_frame(report_json(amp, "kernel"), "Kernel Report")
-    markdown = main.texts["kernel/Kernel Report"]
-    assert f"first {TEXT_ROWS} of {len(kernels):,} rows" in markdown
-    shown = parse_md_table(markdown)
-    head = kernels.head(TEXT_ROWS)
-    assert shown["Kernel Name"].tolist() == head["Kernel Name"].tolist()
-    assert [int(number(v)) for v in shown["Total GPU Time (ns)"]] == head["Total GPU Time (ns)"].tolist()
-    assert shown["Calls"].map(number).astype(int).tolist() == head["Calls"].tolist()
+    pages = [t for t in main.texts if t.startswith("kernel/Kernel Report/page ")]
+    assert len(pages) == -(-len(kernels) // TEXT_PAGE_ROWS) > 1  # every row, in pages
+    shown = text_table(main.texts, "kernel/Kernel Report")
+    assert shown["Kernel Name"].tolist() == kernels["Kernel Name"].tolist()
+    assert [int(number(v)) for v in shown["Total GPU Time (ns)"]] == kernels["Total GPU Time (ns)"].tolist()
+    assert shown["Calls"].map(number).astype(int).tolist() == kernels["Calls"].tolist()
     assert "Long Kernel Name" not in shown.columns and "Min GPU Time (ns)" not in shown.columns  # too wide
+    for tag in pages:  # long names are cut in the table and whole under it
+        cells = [c for block in re.findall(r"^\|.*$", main.texts[tag], re.M) for c in block.split("|")]
+        assert max(_text_px(unescape(c.strip())) for c in cells) <= TEXT_CELL_PX
 
 
 def test_op_type_series_equal_the_op_type_report(amp: Path) -> None:
@@ -234,8 +269,8 @@ def test_op_type_series_equal_the_op_type_report(amp: Path) -> None:
         assert main.scalars[OP_TYPE + op_type].sum() * 1e6 == pytest.approx(total, rel=F32_REL), op_type
     before = read_run(folder / "before_iter_start")
     assert list(before.scalars[OP_TYPE + top["Op Type"].iloc[0]].index) == list(range(START))
-    shown = parse_md_table(main.texts["op_type/Op Type Summary Report"])
-    assert shown["Op Type"].tolist() == table["Op Type"].head(TEXT_ROWS).tolist()
+    shown = text_table(main.texts, "op_type/Op Type Summary Report")
+    assert shown["Op Type"].tolist() == table["Op Type"].tolist()
 
 
 def test_metadata_dashboard(amp: Path) -> None:
@@ -256,11 +291,13 @@ def test_custom_scalars_layout_charts_every_written_tag(amp: Path) -> None:
     main = read_run(amp / "event_files" / "dlagg")
     assert main.layout is not None
     patterns = [tag for cat in main.layout.category for chart in cat.chart for tag in chart.multiline.tag]
-    for pattern in patterns:
-        assert any(re.match(pattern, tag) for tag in main.scalars), pattern
+    for pattern in patterns:  # one quantity per chart: its lines are runs, told apart by colour
+        assert sum(bool(re.match(pattern, tag)) for tag in main.scalars) == 1, pattern
     for tag in main.scalars:
         assert any(re.match(pattern, tag) for pattern in patterns), tag
-    assert [c.title for c in main.layout.category][:2] == ["Iterations", "Where the iteration time goes (ms)"]
+    titles = [c.title for c in main.layout.category]
+    assert titles[:2] == ["Iterations", "Where the iteration time goes (ms)"]
+    assert main.layout.category[0].chart[0].title == "Iteration time (ms)"  # the most useful chart first
 
 
 def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> None:
@@ -268,7 +305,7 @@ def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> N
     main = read_run(tmp_path / "event_files" / "dlagg")
     assert set(main.scalars) >= SCALAR_TAGS
     assert list(main.scalars["iteration/time_ms"].index) == list(range(15))
-    assert set(main.texts) == {"run/metadata", "kernel/Kernel Report"}
+    assert {t.split("/page ")[0] for t in main.texts} == {"run/metadata", "kernel/Kernel Report"}
 
 
 def test_tb_dir_and_profiles_side_by_side(tmp_path: Path) -> None:
@@ -351,17 +388,44 @@ def test_markdown_cells_are_escaped_and_formatted() -> None:
         "long_kernel_name": ["x", "y"],
         "tc_kernel_names": ["x", "y"],
     })
-    many = pd.concat([frame] * (TEXT_ROWS // 2 + 1), ignore_index=True)
-    lines = table_markdown(Table("kernels", "Kernel Report", fields, many)).splitlines()
+    many = pd.concat([frame] * (TEXT_PAGE_ROWS // 2 + 1), ignore_index=True)
+    pages = table_markdown(Table("kernels", "Kernel Report", fields, many))
+    assert len(pages) == 2
+    lines = pages[0].splitlines()
     assert lines[:6] == [
-        f"_first {TEXT_ROWS} of {len(many):,} rows; the full table is in the CSV/JSON report_",
+        f"_rows 1–{TEXT_PAGE_ROWS} of {len(many):,}_",
         "",
         "| Kernel Name | Total GPU Time (ns) | TC Utilization (%) | Uses TC |",
         "|---|---:|---:|---|",
         r"| k\_1 | 1,234,567 | 1.2 | yes |",
         r"| k\|2 | 5 |  | no |",
     ]
-    assert len(lines) == 4 + TEXT_ROWS
+    assert len(lines) == 4 + TEXT_PAGE_ROWS
+    assert pages[1].splitlines()[0] == f"_rows {TEXT_PAGE_ROWS + 1}–{len(many)} of {len(many):,}_"
+    assert len(pages[1].splitlines()) == 4 + len(many) - TEXT_PAGE_ROWS
+
+
+def test_long_texts_are_cut_and_wide_tables_split_into_column_groups() -> None:
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, T2, T3)"
+    fields = (Field("kernel_name", "Kernel Name"), *(Field(f"t{k}_ns", f"Total Time {k} (ns)", NS) for k in range(12)))
+    frame = pd.DataFrame({"kernel_name": [name, "short"], **{f"t{k}_ns": [123456789, 1] for k in range(12)}})
+    (page,) = table_markdown(Table("kernels", "Kernel Report", fields, frame))
+    assert f"1. {md_escape(name)}" in page  # the whole name under the table
+    blocks = re.findall(r"((?:^\|.*\n?)+)", page, re.M)
+    assert len(blocks) > 1 and "_columns 1 of" in page
+    parts = [parse_md_table(b) for b in blocks]
+    assert all(p.columns[0] == "Kernel Name" for p in parts)  # the identifying column in every group
+    assert sum(len(p.columns) - 1 for p in parts) == 12
+    cut, kept = parts[0]["Kernel Name"].tolist()
+    assert kept == "short" and cut.endswith("…[1]") and name.startswith(cut[:-4])
+    assert TEXT_CELL_PX - 30 < _text_px(cut) <= TEXT_CELL_PX
+
+
+def test_empty_table_says_why_in_one_line() -> None:
+    fields = (Field("op_type", "Op Type"), Field("calls", "# Calls"))
+    empty = Table("op_types", "Op Type Summary Report", fields, pd.DataFrame({"op_type": [], "calls": []}))
+    report = Report("op_type", "op_type", (empty,), warnings=("op_type: no op ranges (NVTX) in the export",))
+    assert table_markdown(empty, report) == ["_No rows: no op ranges (NVTX) in the export._"]
 
 
 def _summary(op_types: list[str], iterations: list[int], gpu_ns: list[int], start: int, stop: int) -> Report:

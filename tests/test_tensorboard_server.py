@@ -1,4 +1,5 @@
-"""The real TensorBoard serves dlagg's event files: scalars, text dashboards and the custom-scalars layout.
+"""The real TensorBoard serves dlagg's event files: scalars, text dashboards, the custom-scalars layout and the
+roofline images.
 
 Starts ``python -m tensorboard.main`` on 127.0.0.1 with a free port, asks its HTTP API (what the
 browser asks), and always stops it (its whole process group: TensorBoard may start a data server).
@@ -24,9 +25,9 @@ import pytest
 
 from dlagg.options import Options
 from dlagg.pipeline import run
-from dlagg.writers.tensorboard_writer import TOP_OP_TYPES
+from dlagg.writers.tensorboard_writer import MAX_LINES, TOP_OP_TYPES
 
-from .conftest import recording
+from .conftest import ncu_csv, recording
 
 START, STOP = 3, 12
 # TensorBoard imports and loads the folder in a few seconds; a slow CI machine gets a margin.
@@ -41,10 +42,13 @@ def free_port() -> int:
 
 
 def get(base: str, path: str, **params: str) -> object:
+    return json.loads(get_bytes(base, path, **params).decode())
+
+
+def get_bytes(base: str, path: str, **params: str) -> bytes:
     url = f"{base}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
     with urllib.request.urlopen(url, timeout=10) as response:
-        body = response.read().decode()
-    return json.loads(body)
+        return response.read()
 
 
 @contextmanager
@@ -86,7 +90,7 @@ def tensorboard(logdir: Path, log: Path, expected_runs: set[str]) -> Iterator[st
 def served(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     out = tmp_path_factory.mktemp("served")
     run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("json",), output_path=out,
-                iter_start=START, iter_stop=STOP, verbosity="quiet"))
+                iter_start=START, iter_stop=STOP, verbosity="quiet", ncu_report=ncu_csv("resnet_amp")))
     runs = {"dlagg", "dlagg/before_iter_start", "dlagg/after_iter_stop"}
     with tensorboard(out / "event_files", out / "tensorboard.log", runs) as base:
         yield base, out
@@ -123,12 +127,12 @@ def test_scalar_series_over_http(served: tuple[str, Path]) -> None:
 def test_text_dashboards_over_http(served: tuple[str, Path]) -> None:
     base, out = served
     tags = get(base, "/data/plugin/text/tags")["dlagg"]
-    assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report"} <= set(tags)
+    assert {"run/metadata", "summary/Summary Report", "kernel/Kernel Report/page 1 of 6"} <= set(tags)
     (summary,) = get(base, "/data/plugin/text/text", run="dlagg", tag="summary/Summary Report")
     (wall,) = column(out, "summary", "summary", "wall_clock_ns")
     assert "<table>" in summary["text"] and "<td>Wall Clock Time (ns)</td>" in summary["text"]
     assert f"{wall:,}" in summary["text"]
-    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report")
+    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="kernel/Kernel Report/page 1 of 6")
     first = column(out, "kernel", "kernels", "kernel_name")[0]
     assert "_" in first and f"<td>{first}</td>" in kernels["text"]  # underscores shown, not turned into emphasis
     (meta,) = get(base, "/data/plugin/text/text", run="dlagg", tag="run/metadata")
@@ -139,13 +143,34 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     base, _ = served
     layout = get(base, "/data/plugin/custom_scalars/layout")
     titles = [c["title"] for c in layout["category"]]
-    assert titles == ["Iterations", "Where the iteration time goes (ms)", "Op types"]
-    chart = layout["category"][1]["chart"][0]
-    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=chart["multiline"]["tag"][0])
-    assert data["regex_valid"]
-    assert set(data["tag_to_events"]) == {f"duration_ms/{c}" for c in
-                                          ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")}
-    (ops_chart,) = layout["category"][2]["chart"]
-    data = get(base, "/data/plugin/custom_scalars/scalars", run="dlagg", tag=ops_chart["multiline"]["tag"][0])
-    assert len(data["tag_to_events"]) == TOP_OP_TYPES
-    assert all(tag.startswith("op_type_gpu_ms/") for tag in data["tag_to_events"])
+    assert titles == ["Iterations", "Where the iteration time goes (ms)",
+                      f"GPU time of the top {TOP_OP_TYPES} op types (ms)"]
+    assert layout["category"][0]["chart"][0]["title"] == "Iteration time (ms)"
+    runs = get(base, "/data/runs")
+    charted = set()
+    for category in layout["category"]:
+        for chart in category["chart"]:
+            (pattern,) = chart["multiline"]["tag"]
+            lines = []
+            for name in runs:  # what the chart draws: a line per (run, matching tag)
+                data = get(base, "/data/plugin/custom_scalars/scalars", run=name, tag=pattern)
+                assert data["regex_valid"]
+                lines += [(name, tag) for tag, events in data["tag_to_events"].items() if events]
+            assert 0 < len(lines) <= MAX_LINES, chart["title"]
+            assert len({name for name, _ in lines}) == len(lines), chart["title"]  # colour = run: one line per run
+            charted |= {tag for _, tag in lines}
+    tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
+    assert charted == set(tags)
+    classes = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
+    assert {f"duration_ms/{c}" for c in classes} <= charted
+    assert len([t for t in charted if t.startswith("op_type_gpu_ms/")]) == TOP_OP_TYPES
+
+
+def test_roofline_images_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    tags = get(base, "/data/plugin/images/tags")["dlagg"]
+    assert {"roofline/kernels", "roofline/op_types"} <= set(tags)
+    for tag, file in (("roofline/kernels", "dlagg_roofline.png"), ("roofline/op_types", "dlagg_roofline_op_type.png")):
+        (image,) = get(base, "/data/plugin/images/images", run="dlagg", tag=tag, sample="0")
+        assert image["step"] == 0
+        assert get_bytes(base, "/data/plugin/images/individualImage?" + image["query"]) == (out / file).read_bytes()

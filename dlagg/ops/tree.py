@@ -2,9 +2,9 @@
 
 Contract: ``Forest.build(tid, start, end)`` sorts the ranges by (thread, start, longest first)
 and gives every range its ``parent`` (innermost enclosing range of the same thread, -1 for none)
-and its nesting level (``levels``); ``forest.innermost(tid, start, end)`` gives, for each query interval, the
-innermost range of the same thread with ``range.start <= start`` and ``range.end >= end`` (the
-nsys rule for attributing a CUDA call to NVTX ranges), or -1.
+and ``depth`` (its nesting level; ``levels`` groups ranges by it); ``forest.innermost(tid, start,
+end)`` gives, for each query interval, the innermost range of the same thread with ``range.start <=
+start`` and ``range.end >= end`` (the nsys rule for attributing a CUDA call to NVTX ranges), or -1.
 
 Push/pop ranges of one thread nest properly, which is what makes this vectorisable: depth is
 "ranges started before me minus ranges ended before my start", the parent is the last earlier
@@ -78,6 +78,7 @@ class Forest:
     start: np.ndarray
     end: np.ndarray
     parent: np.ndarray  # index into the sorted arrays, -1 for a top-level range
+    depth: np.ndarray  # nesting level: 0 for a top-level range
     levels: tuple[np.ndarray, ...]  # sorted-range indices by depth, top level first (top-down passes)
     threads: tuple[tuple[int, int, int], ...]  # (tid, begin, end) of each thread's ranges
 
@@ -107,7 +108,7 @@ class Forest:
         for _, lo, hi in threads:  # threads, not events
             bad[lo:hi] |= parent[lo:hi] < lo
         parent[bad] = -1
-        return cls(order, tid, start, end, parent, levels, tuple(threads))
+        return cls(order, tid, start, end, parent, depth, levels, tuple(threads))
 
     def __len__(self) -> int:
         return len(self.tid)

@@ -8,11 +8,11 @@ from .base import REPORTS, Report, ReportSpec, build_order, build_reports, repor
 from .figures import Field, Table
 
 MODULES = ("summary", "detail", "kernel", "iteration", "tensor_core", "op_type", "group_node", "expert_systems",
-           "ranks")
+           "ranks", "roofline")
 # DLProf's report order (its --reports help): the order of --help, of the files listed and of the
 # TensorBoard dashboards. Reports DLProf did not have follow.
 ORDER = ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems", "ranks",
-         "collectives")
+         "collectives", "roofline")
 
 for _module in MODULES:
     importlib.import_module(f"{__name__}.{_module}")

@@ -26,12 +26,13 @@ from ..comm import Matched, RankComm
 from ..model import Iterations, ProfileMeta, categorical
 from ..ops.assign import op_ids
 from ..reader.discover import Job, RankSource
-from .figures import Table
+from .figures import Image, Table
 
 if TYPE_CHECKING:
     from ..context import RankContext
 
 RANK, JOB = "rank", "job"  # report scopes
+NSYS, NCU = "nsys", "ncu"  # inputs a report needs: an nsys (or nvprof) export, an Nsight Compute raw CSV
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Report:
     file_suffix: str  # DLProf's file name part: <profile_name>_<file_suffix>.csv
     tables: tuple[Table, ...]
     warnings: tuple[str, ...] = ()
+    images: tuple[Image, ...] = ()  # pictures drawn from the tables (the roofline's)
 
     @property
     def main(self) -> Table:
@@ -130,6 +132,9 @@ class ReportSpec:
     scope: str = RANK  # RANK: built per rank (and merged); JOB: built once from every rank's figures
     # A job report is written when the job has several ranks or communication, or when asked for by name.
     only_with_ranks: bool = False
+    # Inputs the report needs (--reports=all picks the reports whose inputs were given): NSYS, NCU.
+    inputs: frozenset[str] = frozenset({NSYS})
+    images: tuple[str, ...] = ()  # file suffixes of the PNGs it may draw (for the --force check)
 
 
 REPORTS: dict[str, ReportSpec] = {}
@@ -145,6 +150,8 @@ def report(
     bulk: bool = False,
     scope: str = RANK,
     only_with_ranks: bool = False,
+    inputs: Iterable[str] = (NSYS,),
+    images: Iterable[str] = (),
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -154,7 +161,7 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk, scope, only_with_ranks,
+            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images),
         )
         return fn
 

@@ -89,6 +89,24 @@ class Table:
         return tuple(f for f in self.fields if f.csv)
 
 
+@dataclass(frozen=True)
+class Image:
+    """A picture a report draws (the roofline): PNG bytes, and the Vega-Lite spec they were drawn from
+    (an HTML page can embed the spec). The writers save the PNG as ``<profile_name>_<file_suffix>.png``
+    and put it in TensorBoard; they never draw."""
+
+    key: str  # stable name within the report: "kernels", "op_types"
+    title: str
+    file_suffix: str  # <profile_name>_<file_suffix>.png
+    png: bytes = field(repr=False)
+    spec: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels, from the PNG's header (IHDR)."""
+        return int.from_bytes(self.png[16:20], "big"), int.from_bytes(self.png[20:24], "big")
+
+
 def _plain(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()

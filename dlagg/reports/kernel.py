@@ -5,7 +5,8 @@ instances); ``Long Kernel Name`` shows the demangled name of its first launch in
 is true when any of its launches ran on Tensor Cores. GPU time is the kernel's duration; API time
 the duration of the CUDA call that launched it (kernels without a launching call have none: their
 API figures are missing, not zero). Rows are ordered as DLProf's: by Op Name, then Kernel Name (then
-Op ID and direction, for ops of the same name).
+Op ID and direction, for ops of the same name). With --ncu_report, each row also gets the roofline of
+its ncu-profiled launches (``roofline.RATE_FIELDS``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .figures import (
     stat_fields,
     summed_over,
 )
+from .roofline import rate_columns
 
 GPU = stat_fields("gpu_time", "GPU Time", avg="Avg")
 API = stat_fields("api_time", "API Time", avg="Avg")
@@ -90,8 +92,11 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     table["long_kernel_name"] = strings.decode(table["name_id"]).to_numpy()
     table["api_time_avg_ns"] = table["api_time_avg_ns"].astype("Float64")
     frame = dlprof_order(table[[f.key for f in FIELDS]])
+    fields = FIELDS
+    if ctx.options.ncu_report is not None:
+        fields, frame = rate_columns(ctx, fields, frame, ("kernel_name", "op_key"))
     warnings = () if len(kernels) else ("kernel: no kernel ran in the aggregated iterations",)
-    return Report("kernel", "kernel", (Table("kernels", "Kernel Report", FIELDS, frame),), warnings=warnings)
+    return Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, frame),), warnings=warnings)
 
 
 @merges("kernel")

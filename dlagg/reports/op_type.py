@@ -3,7 +3,8 @@
 Derived from the detail report's op rows (one definition of every per-op figure): per op type,
 the ops of that type, their calls, and the per-call statistics combined (totals add up, minima and
 maxima of the ops' minima and maxima, averages = total / calls). Rows are ordered by type name, as
-DLProf's.
+DLProf's. With --ncu_report, each op type also gets the roofline of its ops' ncu-profiled kernels
+(``roofline.RATE_FIELDS``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .base import JobFigures, Report, merges, report
 from .detail import empty
 from .figures import COUNT, KEY, SUM, Field, Table, derive_averages, summed_over
 from .op_stats import METRIC_FIELDS, average_pairs
+from .roofline import carry_rates, rate_columns
 
 FIELDS = (
     Field("op_type", "Op Type", merge=KEY),
@@ -52,11 +54,17 @@ def build_from(detail: Report) -> Report:
 @report("op_type", depends=("detail",))
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per op type: number of ops and calls, CPU/GPU time, CPU overhead and GPU idle."""
-    return build_from(deps["detail"])
+    built = build_from(deps["detail"])
+    if ctx.options.ncu_report is None:
+        return built
+    fields, frame = rate_columns(ctx, built.main.fields, built.main.frame, ("op_type",))
+    return Report(built.name, built.file_suffix, (Table(built.main.key, built.main.title, fields, frame),),
+                  built.warnings)
 
 
 @merges("op_type")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
     """From the job's combined detail report, as for one rank."""
     built = build_from(deps["detail"])
-    return Report(built.name, built.file_suffix, (summed_over(built.main, len(reports)),), built.warnings)
+    table = carry_rates(summed_over(built.main, len(reports)), [r.main for r in reports], ("op_type",))
+    return Report(built.name, built.file_suffix, (table,), built.warnings)

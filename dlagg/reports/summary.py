@@ -3,7 +3,9 @@ in DLProf's order: System Config, Summary Report, Iterations, All Ops, All Kerne
 
 Besides DLProf's sections it holds two tables of per-iteration figures (not in the CSV): the time
 partition of every iteration (``iterations``) and the GPU time per op type and iteration
-(``op_type_iterations``), which the TensorBoard and HTML writers chart and a comparison samples.
+(``op_type_iterations``), which the TensorBoard and HTML writers chart and a comparison samples;
+and the GPU timeline of one typical iteration (``timeline_iteration``, ``timeline``: see
+``gpu_timeline.py``), which the HTML page draws.
 
 Iterations end with the GPU work launched in them (``model.Iterations``): the wall clock runs from
 the first aggregated iteration's start to the end of the last one's GPU work. Each iteration's
@@ -21,6 +23,9 @@ CUDA API names of the calls that issued memory operations (``cudaMemcpyAsync``, 
 Two figures DLProf titles "CPU Time (ns)" mean different things, and their keys say which:
 ``launch_api_time_ns`` in All Kernels (the CUDA calls that launched the work) and
 ``range_time_ns`` in All Ops (the ops' NVTX range durations).
+
+With --ncu_report the Summary Report section ends with the iteration's FLOPs as Nsight Compute
+measured them against the peak (model FLOPs utilization, ``roofline.mfu_lines``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
 from .detail import no_eligible_warning, tc_kernel_times
 from .figures import ANY, COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
+from .gpu_timeline import timeline_tables
+from .roofline import carry_lines, mfu_lines
 
 PARTITION = (*CLASSES, "other")
 # The CPU-side and GPU-side mean iteration times differing by more than this share of the longer one
@@ -349,6 +356,11 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     summary.append((GPU_UTILIZATION, share(float(agg["gpu_busy_ns"].sum()), wall)))
     summary += [(SHARES[name], share(float(agg[f"{name}_ns"].sum()), wall)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
+    durations = agg["duration_ns"].to_numpy(dtype=np.float64)
+    roofline_warnings: tuple[str, ...] = ()
+    if ctx.options.ncu_report is not None:
+        lines, roofline_warnings = mfu_lines(ctx, float(durations.mean()) if len(durations) else 0.0)
+        summary += lines
     iterations = _iterations_section(its.key_node or "(not found)", (its.count, its.stop - its.start + 1, its.start,
                                                                      its.stop), agg)
     ops = op_totals(deps["detail"].main)
@@ -371,8 +383,9 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
             Table("op_type_iterations", "GPU Time per Op Type and Iteration", OP_TYPE_ITERATION_FIELDS,
                   op_type_iterations(ctx), csv=False),
             Table("kernel_names", "Kernel Names", KERNEL_NAME_FIELDS, names, csv=False),
+            *timeline_tables(ctx, per_iteration),
         ),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings) + roofline_warnings,
     )
 
 
@@ -419,6 +432,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     summary.append((GPU_UTILIZATION, mean(GPU_UTILIZATION.key)))
     summary += [(SHARES[name], mean(SHARES[name].key)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
+    summary += carry_lines(values)
 
     counts = [r.iterations.count for r in job.ranks]
     key_nodes = list(dict.fromkeys(r.iterations.key_node or "(not found)" for r in job.ranks))
@@ -453,4 +467,15 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
         per,
         with_rank([r.table("op_type_iterations") for r in reports], ranks),
         names,
+        *_job_timeline(reports, job),
     ), warnings=tuple(warnings))
+
+
+def _job_timeline(reports: Sequence[Report], job: JobFigures) -> tuple[Table, Table]:
+    """Every rank's timeline (each of its own typical iteration; offsets from that iteration's start),
+    the windows on the job's clock."""
+    windows = with_rank([r.table("timeline_iteration") for r in reports], job.rank_numbers)
+    shift = windows.frame["rank"].map(job.offsets).to_numpy()
+    windows = windows.with_frame(windows.frame.assign(start_ns=windows.frame["start_ns"] + shift,
+                                                      end_ns=windows.frame["end_ns"] + shift))
+    return windows, with_rank([r.table("timeline") for r in reports], job.rank_numbers)

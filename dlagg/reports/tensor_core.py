@@ -4,7 +4,10 @@ Times here are sums of kernel durations (memcpy/memset are not kernels and are l
 ``Total GPU Time`` can differ from the detail report's GPU time, which is the union of all the
 op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. Kernel counts are
 distinct kernels by short name, as DLProf counts them (the names listed next to them), not launches;
-a kernel is listed as a TC kernel of the op when any of its launches there ran on Tensor Cores.
+a kernel is listed as a TC kernel of the op when any of its launches there ran on Tensor Cores. With
+--ncu_report, Tensor Core use is ncu's measurement where a launch of the kernel was profiled
+(``RankContext.uses_tc``), and a column lists the op's kernels whose measured use differs from the name
+rules.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
 from .detail import empty, no_eligible_warning, no_ops_warning
 from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
+from .roofline import TC_MISMATCH, tc_mismatch_names, tc_warning
 
 FIELDS = (
     Field("op_id", "Op ID"),
@@ -68,12 +72,13 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per Tensor-Core-eligible op: TC and non-TC kernel time, TC utilization, kernel counts and names."""
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
+    fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
     warnings = ()
     if len(inst) and not eligible["kernel_time"].sum():  # the summary's warning, word for word: one cause
         warnings = ("tensor: " + no_eligible_warning(int(op_usage(inst).sum())),)
     if eligible.empty:
-        return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS, empty(FIELDS)),),
-                      warnings=warnings if len(inst) else no_ops_warning(ctx, "tensor"))
+        return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields, empty(fields)),),
+                      warnings=(warnings if len(inst) else no_ops_warning(ctx, "tensor")) + tc_warning(ctx))
     grouped = eligible.groupby("key", sort=False)
     sums = grouped[["kernel_time", "tc_kernel_time"]].sum()
     ops = ctx.ops.ops.reindex(sums.index)
@@ -99,10 +104,12 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "op_key": ops["op_key"].to_numpy(),
         "order": ops["order"].to_numpy(),
     })
+    if ctx.options.ncu_report is not None:
+        table[TC_MISMATCH.key] = tc_mismatch_names(ctx, sums.index)
     table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
-    return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", FIELDS,
-                                                  table[[f.key for f in FIELDS]].reset_index(drop=True)),),
-                  warnings=warnings)
+    return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields,
+                                                  table[[f.key for f in fields]].reset_index(drop=True)),),
+                  warnings=warnings + tc_warning(ctx))
 
 
 def _count(names: pd.Series) -> pd.Series:

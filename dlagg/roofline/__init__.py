@@ -23,7 +23,20 @@ from ..model import Iterations, Profile
 from .chart import chart_spec, render_png
 from .match import KernelMatch, match_kernels
 from .measure import Ceilings, KernelWork, Missing, measure, ncu_ceilings
-from .model import Roofline, TcCheck, kernel_table, op_type_table, op_types_of, roofline, step_totals, tc_disagreements
+from .model import (
+    Roofline,
+    TcCheck,
+    iteration_flops,
+    kernel_table,
+    main_compute,
+    measured_tc,
+    op_type_table,
+    op_types_of,
+    roofline,
+    step_totals,
+    summarise,
+    tc_disagreements,
+)
 from .ncu import NcuReport, read_ncu_csv
 from .peaks import Peaks, apply_peaks, load_peaks
 
@@ -43,6 +56,7 @@ def analyse(ncu_csv: str | Path, *, profile: Profile | None = None, iterations: 
 
 __all__ = [
     "Ceilings", "KernelMatch", "KernelWork", "Missing", "NcuReport", "Peaks", "Roofline", "TcCheck", "analyse",
-    "apply_peaks", "chart_spec", "kernel_table", "load_peaks", "match_kernels", "measure", "ncu_ceilings",
-    "op_type_table", "op_types_of", "read_ncu_csv", "render_png", "roofline", "step_totals", "tc_disagreements",
+    "apply_peaks", "chart_spec", "iteration_flops", "kernel_table", "load_peaks", "main_compute", "match_kernels",
+    "measure", "measured_tc", "ncu_ceilings", "op_type_table", "op_types_of", "read_ncu_csv", "render_png",
+    "roofline", "step_totals", "summarise", "tc_disagreements",
 ]

@@ -3,7 +3,9 @@ achieved rates, the binding ceiling and how close the work comes to it.
 
 Contract: ``roofline(work, ceilings=None, match=None) -> Roofline`` (one row per ncu kernel), then
 ``kernel_table(roof)`` (one row per kernel name and launch shape), ``op_type_table(roof, op_types)``,
-``tc_disagreements(roof)`` and ``step_totals(roof)``: frames with report column names.
+``tc_disagreements(roof)`` and ``step_totals(roof)``: frames with report column names; for the
+other reports, ``measured_tc(roof, match, name_ids)`` (Tensor Core use per nsys kernel name),
+``iteration_flops(roof, match)`` and ``main_compute(roof)`` (the model FLOPs utilization's peak).
 
 Binding ceiling. Each resource r (a memory level, a SIMT pipe, a tensor source type) bounds the
 duration from below by work_r / ceiling_r: the time it would take at its ceiling. The largest of
@@ -28,7 +30,7 @@ import pandas as pd
 from ..classify import kernel_uses_tc
 from .match import KernelMatch, base_name
 from .measure import SIMT_COLUMNS, TENSOR_COLUMNS, Ceilings, KernelWork, precision_labels
-from .metrics import CEILINGS, MEMORY_LEVELS, work_column
+from .metrics import CEILINGS, COMPUTE, MEMORY_LEVELS, work_column
 
 RESOURCES = tuple(CEILINGS)
 NCU, NSYS = "ncu", "nsys"
@@ -70,7 +72,8 @@ def roofline(work: KernelWork, ceilings: Ceilings | None = None, match: KernelMa
         k["matched_by"] = match.how
         k["nsys_row"] = match.nsys_row
         long_name = np.where(match.nsys_row >= 0, match.nsys_name, k["name"].to_numpy(dtype=object))
-        warnings.append(match.summary())
+        if match.unmatched_names:  # all matched is no warning (KernelMatch.summary() says it)
+            warnings.append(match.summary())
     else:
         k["nsys_avg_ns"] = np.nan
         k["nsys_count"] = 0
@@ -179,10 +182,9 @@ def _finish(out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _yes_no(values: pd.Series) -> pd.Series:
-    """yes / no / '' (unknown) for a nullable boolean column."""
-    text = values.astype("boolean").map({True: "yes", False: "no"}, na_action="ignore")
-    return text.astype(object).where(values.notna(), "")
+def _flag(values: pd.Series) -> pd.Series:
+    """A nullable boolean column (NA: unknown); the writers show yes / no / blank."""
+    return values.astype("boolean")
 
 
 def _dims(k: pd.DataFrame, prefix: str) -> pd.Series:
@@ -214,8 +216,8 @@ def _metric_columns(s: pd.DataFrame) -> dict[str, pd.Series]:
         "Bound": s["bound"],
         "Binding Ceiling (/s)": s["ceiling_per_s"],
         "% of Ceiling": s["pct_of_ceiling"],
-        "Uses TC (measured)": _yes_no(s["uses_tc"]),
-        "Uses TC (name)": _yes_no(s["uses_tc_name"]),
+        "Uses TC (measured)": _flag(s["uses_tc"]),
+        "Uses TC (name)": _flag(s["uses_tc_name"]),
     }
 
 
@@ -277,14 +279,14 @@ class TcCheck:
 def tc_disagreements(roof: Roofline, kernels: pd.DataFrame | None = None) -> TcCheck:
     """Kernels whose measured Tensor Core use differs from dlagg's name-based guess."""
     kernels = kernels if kernels is not None else kernel_table(roof)
-    measured, named = kernels["Uses TC (measured)"], kernels["Uses TC (name)"]
-    differ = (measured != "") & (measured != named)
+    measured, named = kernels["Uses TC (measured)"].astype("boolean"), kernels["Uses TC (name)"].astype("boolean")
+    differ = (measured != named).fillna(False).to_numpy(dtype=bool)  # NA: not measured
     table = kernels.loc[differ, ["Kernel Name", "Grid", "Block", "Invocations", "Uses TC (measured)", "Uses TC (name)",
                                  "Tensor FLOPs", "Tensor Precision", "% of GPU Time", "Long Kernel Name"]]
     table = table.reset_index(drop=True)
     if table.empty:
         return TcCheck(table, None)
-    ran = table["Uses TC (measured)"] == "yes"
+    ran = table["Uses TC (measured)"].astype(bool)
     parts = []
     if (~ran).any():
         parts.append(f"{int((~ran).sum())} named like Tensor Core kernels ran no tensor math "
@@ -311,3 +313,42 @@ def step_totals(roof: Roofline) -> dict[str, float]:
     totals["flop_per_s"] = totals["flops_total"] / (totals["rate_time_ns"] * 1e-9) \
         if totals["rate_time_ns"] > 0 else float("nan")
     return totals
+
+
+def measured_tc(roof: Roofline, match: KernelMatch, nsys_name_id: np.ndarray) -> pd.Series:
+    """Tensor Core use measured by ncu per nsys kernel-name id: True where some launch matched to an
+    ncu kernel of that name ran tensor math, False where every measured launch ran none. Names
+    without a measured launch are absent (their use stays a guess).
+
+    `nsys_name_id`: the name id of every row of ``profile.kernels`` (a kernel name decides the code
+    that runs, so the verdict holds for the name's unprofiled launches too).
+    """
+    pairs = match.pairs
+    used = roof.kernels["uses_tc"].astype("boolean").array[pairs["ncu"].to_numpy()]
+    frame = pd.DataFrame({"name": np.asarray(nsys_name_id)[pairs["row"].to_numpy()], "tc": used})
+    frame = frame[frame["tc"].notna().to_numpy()]
+    return frame.groupby("name")["tc"].any().astype(bool)
+
+
+def iteration_flops(roof: Roofline, match: KernelMatch | None = None) -> float:
+    """FLOPs (SIMT + tensor) of one aggregated nsys iteration: each ncu kernel's FLOPs weighted by
+    the share of the nsys steps that launch its slot (1 for a kernel every step launches, 0 for an
+    unmatched one). Without a match (ncu alone): the FLOPs of every ncu kernel."""
+    flops = roof.kernels["flops_total"].to_numpy(dtype=np.float64)
+    if match is None:
+        return float(np.nansum(flops))
+    weight = match.nsys_count / match.steps if match.steps else np.zeros(len(flops))
+    return float(np.nansum(flops * weight))
+
+
+def main_compute(roof: Roofline) -> tuple[str, float] | None:
+    """The compute ceiling of the pipe that did the most FLOPs in the step (a tensor type, or a
+    SIMT precision): (resource, its typical ceiling), None when no FLOPs or no such ceiling."""
+    k = roof.kernels
+    work = {r: float(k[work_column(r)].sum(min_count=1)) for r in COMPUTE}
+    work = {r: w for r, w in work.items() if w > 0}  # NaN compares False
+    if not work:
+        return None
+    resource = max(work, key=work.__getitem__)
+    peak = roof.ceilings.typical().get(resource)
+    return (resource, peak) if peak else None

@@ -28,6 +28,7 @@ from ..model import Profile
 from ..reader.schema import MEMCPY_KINDS, NO_ID, PID_MASK
 
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
+KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
 
 
 def packed_keys(pid_a: np.ndarray, corr_a: np.ndarray, pid_b: np.ndarray,

@@ -47,6 +47,9 @@ class Writer(Protocol):
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]: ...
 
+    # Optional: ``how_to_open(written) -> str | None``, one line telling how to look at what the writer
+    # wrote among the run's `written` paths (printed at the end of the run; see `how_to_open` below).
+
 
 WRITERS: dict[str, Writer] = {}
 
@@ -61,6 +64,18 @@ def writer(name: str) -> Callable[[type], type]:
         return cls
 
     return register
+
+
+def how_to_open(written: Sequence[Path]) -> list[str]:
+    """A line per writer that says how to look at its outputs among `written` (writers with a
+    ``how_to_open`` method that recognise some of them)."""
+    lines = []
+    for registered in WRITERS.values():
+        opener = getattr(registered, "how_to_open", None)
+        line = opener(written) if opener is not None else None
+        if line:
+            lines.append(line)
+    return lines
 
 
 def _read_umask() -> int:

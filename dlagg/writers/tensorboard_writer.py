@@ -20,10 +20,20 @@ Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps 
     iteration/gpu_utilization_pct, iteration/tensor_core_kernel_utilization_pct,
     iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
     other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
+With several ranks each rank is a run ``<profile_name>/rank<N>`` (and its sub-runs) whose tags are
+``rank<N>/<tag>``, the ranks report's ``ranks/...`` figures among them: TensorBoard picks a chart's
+lines by tag, so per-rank tags are what lets a chart show one rank.
 Each percentage is the summary's figure of the same name, for one iteration (one definition per
 figure): GPU Utilization % and Tensor Core Kernel Utilization % (TC share of the kernel time of
 Tensor-Core-eligible ops); the summary's Tensor Core Kernel Duration % is duration_ms/tc_kernel.
-Text tags (one Markdown table per tag): run/metadata, run/warnings, <report>/<section title>.
+Text tags (one Markdown text per tag): run/metadata, run/warnings, <report>/<section title>, and
+``<report>/<section title>/page 01 of 12`` for tables of more than TEXT_PAGE_ROWS rows.
+Image tags (the PNGs a report draws, as TensorBoard's image summaries): <report>/<image key>, e.g.
+roofline/kernels and roofline/op_types. Without the summary (an ncu report alone, no nsys export)
+the run holds only these and the text dashboards.
+
+The custom-scalars layout charts one quantity per chart (`scalars_layout`): TensorBoard tells a
+chart's lines apart by colour only when they come from different runs.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
@@ -49,17 +59,30 @@ from ..reports.base import Report, one_per_cause
 from ..reports.figures import Field, Table
 from ..reports.summary import PARTITION
 from .base import RunInfo, usual_permissions, writer
-from .cells import Style
+from .cells import Style, is_missing
 
 # Sub-runs (TensorBoard's runs are folders) for the iterations outside the aggregated range.
 BEFORE_RUN = "before_iter_start"
 AFTER_RUN = "after_iter_stop"
-# A dashboard card shows the head of a table; the full table is in the CSV/JSON report.
-TEXT_ROWS = 20
+# A dashboard card shows a page of this many rows (its box scrolls); every row is on some page.
+TEXT_PAGE_ROWS = 50
+# A text cell wider than this (px) is cut (the whole text is listed under the table): names hundreds of
+# characters wide would squeeze every other column into one letter per line.
+TEXT_CELL_PX = 380
+PROSE_WORDS = 6  # a long text of this many words or more is a sentence
+# A card's table can be about 960 px wide in a 1400 px window (measured in Chromium); columns that do
+# not fit go to another column group. Widths are estimated per character of Roboto 16 px (measured):
+TEXT_WIDTH_PX = 900
+TEXT_CHAR_PX = 8.0  # lowercase letters and punctuation
+TEXT_UPPER_PX = 11.0
+TEXT_DIGIT_PX = 9.0
+TEXT_BOLD = 1.1  # headers
+TEXT_CELL_PAD_PX = 28
 # Op types charted per iteration, by GPU time over the aggregated iterations: more lines than this
 # in one chart cannot be told apart.
 TOP_OP_TYPES = 8
-# Reports with one row per kernel launch: their per-iteration content is charted as scalars instead.
+# Reports with one row per kernel launch: their per-iteration content is charted as scalars instead
+# (their card says so in one line).
 TEXT_SKIP_REPORTS = frozenset({"iteration"})
 # Tables DLProf's CSV files do not have that get a dashboard card all the same: (report, table key).
 TEXT_EXTRA_TABLES = frozenset({("expert_systems", "detectors")})
@@ -69,6 +92,7 @@ TEXT_EXTRA_TABLES = frozenset({("expert_systems", "detectors")})
 # the call count shown next to it, and min/max are spreads the CSV/JSON keep.
 TEXT_SKIP_COLUMNS = re.compile(r"Long Kernel Name|.*Kernel Names|(Avg\.?|Min|Max) .*")
 NS_PER_MS = 1e6
+TENSORBOARD_URL = "http://localhost:6006"  # tensorboard's default address
 
 DURATION_TITLES = {
     "tc_kernel": "Tensor Core kernels (Tensor Core Kernel Duration %)",
@@ -200,23 +224,129 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype)
 
 
-def table_markdown(table: Table) -> str:
-    """A figure table as Markdown: at most TEXT_ROWS rows, without the columns a card cannot show."""
+def _shown_fields(table: Table) -> list[Field]:
+    """The CSV columns a card shows: not the too-wide ones, not those empty in every row."""
+    frame = table.frame
+    return [f for f in table.csv_fields() if not TEXT_SKIP_COLUMNS.fullmatch(f.title)
+            and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
+
+
+def _text_px(text: str) -> float:
+    """Rendered width estimate of a text in TensorBoard's text cards (Roboto 16 px)."""
+    return sum(TEXT_UPPER_PX if c.isupper() else TEXT_DIGIT_PX if c.isdigit() else TEXT_CHAR_PX for c in text)
+
+
+def _column_width(title: str, cells: list[str]) -> tuple[float, float]:
+    """(width unwrapped, width of its widest word) of a column, in px, cell padding included: cells
+    are single words (names, numbers), headers (bold) wrap between words."""
+    cells_px = max([_text_px(c) for c in cells] + [0.0])
+    header_px = TEXT_BOLD * _text_px(title)
+    word_px = max([cells_px] + [TEXT_BOLD * _text_px(w) for w in title.split()])
+    return max(cells_px, header_px) + TEXT_CELL_PAD_PX, word_px + TEXT_CELL_PAD_PX
+
+
+def _fits(columns: list[tuple[float, float]]) -> bool:
+    """Whether a table of these columns, (width unwrapped, widest word) each, is shown without a word
+    broken: a browser gives a table too wide for its box the columns' minimum widths (a letter, as
+    TensorBoard's cards break words anywhere) plus the rest of the box in proportion to how much
+    wider each column would be unwrapped."""
+    widest = sum(w for w, _ in columns)
+    if widest <= TEXT_WIDTH_PX:
+        return True
+    least = TEXT_UPPER_PX + TEXT_CELL_PAD_PX
+    share = (TEXT_WIDTH_PX - least * len(columns)) / (widest - least * len(columns))
+    return all(least + (w - least) * share >= word for w, word in columns)
+
+
+def _column_groups(columns: list[tuple[float, float]]) -> list[list[int]]:
+    """Column indices in groups that each fit a card (`_fits`), the first (identifying) column in each."""
+    groups: list[list[int]] = [[0]]
+    for k in range(1, len(columns)):  # columns, not events
+        if len(groups[-1]) > 1 and not _fits([columns[c] for c in (*groups[-1], k)]):
+            groups.append([0])
+        groups[-1].append(k)
+    return groups
+
+
+def _cut(text: str, notes: dict[str, int]) -> str:
+    """A cell's text, cut to about TEXT_CELL_PX wide with a numbered note holding the whole of it."""
+    if _text_px(text) <= TEXT_CELL_PX:
+        return md_escape(text)
+    number = notes.setdefault(text, len(notes) + 1)
+    marker = f"…[{number}]"
+    room = TEXT_CELL_PX - _text_px(marker)
+    widths = np.cumsum([_text_px(c) for c in text])
+    return md_escape(text[:int(np.searchsorted(widths, room, side="right"))] + marker)
+
+
+def _is_prose(values: list[str]) -> bool:
+    """Sentences (findings, recommendations), not names (C++ signatures have spaces too): shown as
+    paragraphs, which wrap between words."""
+    long = [v for v in values if _text_px(v) > TEXT_CELL_PX]
+    return bool(long) and sum(len(v.split()) >= PROSE_WORDS and "::" not in v for v in long) > len(long) / 2
+
+
+def _records(titles: list[str], rows: list[list[str]], first: int) -> str:
+    """Rows as numbered blocks of "**title**: value" lines (values already escaped)."""
+    blocks = []
+    for k, row in enumerate(rows):  # a page of rows
+        lines = [f"- **{md_escape(t)}**: {v}" for t, v in zip(titles, row, strict=True) if v]
+        blocks.append(f"**{first + k + 1}.**\n\n" + "\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def why_empty(report: Report) -> str:
+    """One line saying why a report's table has no rows (its own warning when it gave one)."""
+    own = [w.split(":", 1)[1].strip() for w in report.warnings if w.startswith(f"{report.name}:")]
+    reason = own[0] if own else (report.warnings[0] if report.warnings else "none in the aggregated iterations")
+    return f"_No rows: {md_escape(reason)}._"
+
+
+def table_markdown(table: Table, report: Report | None = None) -> list[str]:
+    """A figure table as Markdown pages of at most TEXT_PAGE_ROWS rows (every row), without the columns
+    a card cannot show; long texts are cut, their whole text listed under the table; a table too wide
+    for a card is shown in column groups, its first column in each; a table of sentences (the expert
+    findings) as numbered blocks of lines."""
     if table.key_value:
         values = table.values
         cells = [[md_escape(f.title), MARKDOWN.value(values[f.key], f.digits)] for f in table.csv_fields()]
-        return md_table(["Name", "Value"], cells, [False, False])
+        return [md_table(["Name", "Value"], cells, [False, False])]
     frame = table.frame
-    # Columns empty in every row (op columns before ops are known) carry nothing.
-    fields: list[Field] = [f for f in table.csv_fields() if not TEXT_SKIP_COLUMNS.fullmatch(f.title)
-                           and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
-    note = ""
-    if len(frame) > TEXT_ROWS:
-        note = f"first {TEXT_ROWS} of {len(frame):,} rows; the full table is in the CSV/JSON report"
-        frame = frame.head(TEXT_ROWS)
-    rows = [[MARKDOWN.value(v, f.digits) for v, f in zip(values, fields, strict=True)]
-            for values in frame[[f.key for f in fields]].itertuples(index=False)]  # at most TEXT_ROWS rows
-    return md_table([f.title for f in fields], rows, [_numeric(frame[f.key]) for f in fields], note)
+    if frame.empty:
+        return [why_empty(report) if report is not None else "_No rows._"]
+    fields = _shown_fields(table)
+    if not fields:
+        return ["_No column of this table has a value; see the CSV/JSON report._"]
+    numeric = [_numeric(frame[f.key]) for f in fields]
+    # cells by column: text raw (cut and escaped per page), everything else as the Markdown style shows it
+    columns = [["" if is_missing(v) else v if isinstance(v, str) else MARKDOWN.value(v, f.digits)
+                for v in frame[f.key].tolist()] for f in fields]
+    prose = any(_is_prose(c) for c, n in zip(columns, numeric, strict=True) if not n)
+    pages = []
+    total = len(frame)
+    count = -(-total // TEXT_PAGE_ROWS)
+    for page in range(count):  # pages of TEXT_PAGE_ROWS rows
+        first, stop = page * TEXT_PAGE_ROWS, min(total, (page + 1) * TEXT_PAGE_ROWS)
+        if prose:  # a table of sentences reads better, and wraps right, as blocks of lines
+            rows = [[md_escape(c[r]) for c in columns] for r in range(first, stop)]
+            pages.append(_records([f.title for f in fields], rows, first))
+            continue
+        notes: dict[str, int] = {}
+        cells = [[_cut(c[r], notes) for r in range(first, stop)] for c in columns]
+        widths = [_column_width(f.title, [c.replace("\\", "") for c in col]) for f, col in zip(fields, cells,
+                                                                                                strict=True)]
+        groups = _column_groups(widths)
+        parts = [f"_rows {first + 1:,}–{stop:,} of {total:,}_" if count > 1 else ""]
+        for k, group in enumerate(groups):  # column groups of one page
+            if len(groups) > 1:
+                parts.append(f"_columns {k + 1} of {len(groups)}_")
+            parts.append(md_table([fields[c].title for c in group],
+                                  [[cells[c][r] for c in group] for r in range(stop - first)],
+                                  [numeric[c] for c in group]))
+        if notes:
+            parts.append("Whole texts:\n\n" + "\n".join(f"{n}. {md_escape(text)}" for text, n in notes.items()))
+        pages.append("\n\n".join(p for p in parts if p))
+    return pages
 
 
 def metadata_markdown(info: RunInfo, reports: Sequence[Report]) -> str:
@@ -239,57 +369,111 @@ def metadata_markdown(info: RunInfo, reports: Sequence[Report]) -> str:
 
 
 def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
-    """Text tag -> Markdown, in display order."""
+    """Text tag -> Markdown, in display order: ``<report>/<section title>``, and for a table of
+    several pages ``<report>/<section title>/page 01 of 12``."""
     texts = {"run/metadata": metadata_markdown(info, reports)}
     warnings = one_per_cause(w for r in reports for w in r.warnings)
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:
         if report.name in TEXT_SKIP_REPORTS:
+            rows = len(report.main)
+            texts[f"{report.name}/{report.main.title}"] = (
+                f"_One row per kernel launch ({rows:,} rows): charted per iteration in the scalars "
+                "(kernels launched, Tensor Core share); the rows are in the CSV/JSON report._")
             continue
         for table in report.tables:
-            if table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES:
-                texts[f"{report.name}/{table.title}"] = table_markdown(table)
+            if not (table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES):
+                continue
+            pages = table_markdown(table, report)
+            digits = len(str(len(pages)))
+            for k, page in enumerate(pages):  # pages of one table
+                suffix = f"/page {k + 1:0{digits}d} of {len(pages)}" if len(pages) > 1 else ""
+                texts[f"{report.name}/{table.title}{suffix}"] = page
     return texts
 
 
 # --- Layout and event files ---------------------------------------------------------------------
 
 
-def scalars_layout(tags: Sequence[str]):  # -> layout_pb2.Layout (imported lazily)
-    """Custom-scalars layout, the same for every profile so layouts of several runs merge cleanly."""
+# Single-tag charts in display order (the most useful first); lines are the runs that hold the tag.
+ITERATION_CHARTS = {
+    "iteration/time_ms": "Iteration time (ms)",
+    "iteration/cpu_side_time_ms": "CPU-side iteration time (ms)",
+    "iteration/gpu_side_time_ms": "GPU-side iteration time (ms)",
+    "iteration/gpu_utilization_pct": "GPU Utilization %",
+    "iteration/tensor_core_kernel_utilization_pct": "Tensor Core Kernel Utilization %",
+    "iteration/kernel_count": "Kernels launched",
+}
+RANK_CHARTS = {
+    "iteration/time_ms": "Iteration time (ms)",
+    "ranks/communication_wait_ms": "Communication wait (ms)",
+    "ranks/launch_lateness_ms": "Launch lateness (ms)",
+    "ranks/exposed_communication_ms": "Exposed communication (ms)",
+    "ranks/compute_kernel_ms": "Compute kernels (ms)",
+    "ranks/communication_kernel_ms": "Communication kernels (ms)",
+    "ranks/gpu_idle_ms": "GPU idle (ms)",
+    "iteration/gpu_utilization_pct": "GPU Utilization %",
+}
+# TensorBoard colours a custom-scalars line by its run (lines of one run differ only by marker shape),
+# so every chart charts one quantity and its lines are runs; at most this many in a chart.
+MAX_LINES = 5
+RANK_PREFIX = re.compile(r"rank(\d+)/")
+
+
+def _chart(title: str, pattern: str):  # -> layout_pb2.Chart
     from tensorboard.plugins.custom_scalar import layout_pb2
 
-    def chart(title: str, *patterns: str) -> layout_pb2.Chart:
-        return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=list(patterns)))
+    return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[pattern]))
 
-    categories = []
-    if any(t.startswith("ranks/") for t in tags):  # several ranks: each chart has a line per rank (run)
-        categories.append(layout_pb2.Category(title="Ranks", chart=[
-            chart("Iteration time per rank (ms)", r"^iteration/time_ms$"),
-            chart("Communication wait per rank (ms)", r"^ranks/communication_wait_ms$"),
-            chart("Launch lateness per rank (ms)", r"^ranks/launch_lateness_ms$"),
-            chart("Exposed communication per rank (ms)", r"^ranks/exposed_communication_ms$"),
-            chart("Compute kernels per rank (ms)", r"^ranks/compute_kernel_ms$"),
-            chart("GPU idle per rank (ms)", r"^ranks/gpu_idle_ms$"),
-        ]))
-    categories += [
-        layout_pb2.Category(title="Iterations", chart=[
-            chart("Iteration time (ms)", r"^iteration/time_ms$"),
-            chart("CPU-side and GPU-side iteration time (ms)", r"^iteration/(cpu|gpu)_side_time_ms$"),
-            chart("GPU Utilization %", r"^iteration/gpu_utilization_pct$"),
-            chart("Tensor Core Kernel Utilization %", r"^iteration/tensor_core_kernel_utilization_pct$"),
-            chart("Kernels launched", r"^iteration/kernel_count$"),
-        ]),
-        layout_pb2.Category(title="Where the iteration time goes (ms)", chart=[
-            chart("All classes", r"^duration_ms/"),
-            *(chart(title[0].upper() + title[1:], rf"^duration_ms/{name}$") for name, title in DURATION_TITLES.items()),
-        ]),
-    ]
-    if any(t.startswith(OP_TYPE_PREFIX) for t in tags):
-        categories.append(layout_pb2.Category(title="Op types", chart=[
-            chart(f"GPU time of the top {TOP_OP_TYPES} op types (ms)", rf"^{re.escape(OP_TYPE_PREFIX)}"),
-        ]))
+
+def _profile_charts(tags: Sequence[str], prefix: str = "") -> list[tuple[str, list]]:
+    """(category title, charts) of one rank's (or the only rank's) tags, each chart one tag."""
+    present = set(tags)
+
+    def charts(titles: dict[str, str]) -> list:
+        return [_chart(title, f"^{re.escape(prefix + tag)}$") for tag, title in titles.items()
+                if prefix + tag in present]
+
+    classes = {f"duration_ms/{name}": title[0].upper() + title[1:] for name, title in DURATION_TITLES.items()}
+    op_types = {t[len(prefix):]: t[len(prefix) + len(OP_TYPE_PREFIX):] for t in tags
+                if t.startswith(prefix + OP_TYPE_PREFIX)}
+    return [("Iterations", charts(ITERATION_CHARTS)),
+            ("Where the iteration time goes (ms)", charts(classes)),
+            (f"GPU time of the top {TOP_OP_TYPES} op types (ms)", charts(op_types))]
+
+
+def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb2.Layout (imported lazily)
+    """Custom-scalars layout: one quantity per chart (its lines: the runs, told apart by colour), the
+    charts of the tags written only.
+
+    One rank: categories Iterations (iteration time first), Where the iteration time goes (a chart
+    per class), op types (a chart per op type): the same titles for every profile, so that
+    TensorBoard merges the layouts of profiles side by side. Several ranks (tags ``rank<N>/...``):
+    first Ranks compared, each chart the same quantity for up to MAX_LINES lines (`runs_per_rank`
+    runs per rank: with its iterations outside the aggregated range), then a category per rank
+    (closed but the first) with that rank's charts.
+    """
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    ranks = sorted({int(m.group(1)) for t in tags if (m := RANK_PREFIX.match(t))})
+    if not ranks:
+        return layout_pb2.Layout(category=[layout_pb2.Category(title=title, chart=charts)
+                                           for title, charts in _profile_charts(tags) if charts])
+    per_chart = max(1, MAX_LINES // max(runs_per_rank, 1))
+    compared = []
+    for tag, title in RANK_CHARTS.items():  # quantities, then groups of ranks
+        having = [r for r in ranks if f"rank{r}/{tag}" in tags]
+        for k in range(0, len(having), per_chart):
+            group = having[k:k + per_chart]
+            which = "" if len(group) == len(having) else (f", rank {group[0]}" if len(group) == 1 else
+                                                          f", ranks {group[0]}-{group[-1]}")
+            compared.append(_chart(f"{title} per rank{which}",
+                                   rf"^rank({'|'.join(map(str, group))})/{re.escape(tag)}$"))
+    categories = [layout_pb2.Category(title="Ranks compared", chart=compared)]
+    for k, rank in enumerate(ranks):  # ranks, not events
+        charts = [c for _, part in _profile_charts(tags, f"rank{rank}/") for c in part]
+        categories.append(layout_pb2.Category(title=f"Rank {rank}", chart=charts, closed=k > 0))
     return layout_pb2.Layout(category=categories)
 
 
@@ -344,22 +528,35 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
     return events
 
 
-def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], wall_time: float) -> list:
-    """Step 0: the text dashboards and the custom-scalars layout."""
+def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], runs_per_rank: int,
+                   wall_time: float) -> list:
+    """Step 0: the text dashboards, the reports' images and the custom-scalars layout (when there are scalars)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
+    from tensorboard.plugins.image import metadata as image_metadata
     from tensorboard.plugins.text.summary_v2 import text_pb
     from tensorboard.util import tensor_util
 
     summary = summary_pb2.Summary()
     for tag, markdown in text_dashboards(reports, info).items():
         summary.value.extend(text_pb(tag, markdown).value)
-    # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
-    summary.value.add(
-        tag=layout_metadata.CONFIG_SUMMARY_TAG,
-        metadata=layout_metadata.create_summary_metadata(),
-        tensor=tensor_util.make_tensor_proto(scalars_layout(tags).SerializeToString(), dtype=np.object_),
-    )
+    for report in reports:
+        for image in report.images:
+            # the value tensorboard's image summary makes ([width, height, PNG] strings), without TensorFlow
+            width, height = image.size
+            summary.value.add(
+                tag=f"{report.name}/{image.key}",
+                metadata=image_metadata.create_summary_metadata(display_name=image.title, description=image.title),
+                tensor=tensor_util.make_tensor_proto([str(width).encode(), str(height).encode(), image.png],
+                                                     dtype=np.object_))
+    if tags:
+        # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
+        summary.value.add(
+            tag=layout_metadata.CONFIG_SUMMARY_TAG,
+            metadata=layout_metadata.create_summary_metadata(),
+            tensor=tensor_util.make_tensor_proto(scalars_layout(tags, runs_per_rank).SerializeToString(),
+                                                 dtype=np.object_),
+        )
     return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
 
 
@@ -387,25 +584,30 @@ class TensorboardWriter:
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
         summary = next((r for r in reports if r.name == "summary"), None)
-        if summary is None:
+        if summary is None and not any(r.images for r in reports):
             raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
         ranks = next((r for r in reports if r.name == "ranks"), None)
-        several = "rank" in summary.table("iterations").frame
+        several = summary is not None and "rank" in summary.table("iterations").frame
         wall_time = time.time()
         shown = [r for r in reports if r.name in info.reports]
         runs: dict[str, list] = {}  # run folder (relative) -> events
         tags: list[str] = []
-        for rank in (info.ranks if several else (None,)):  # ranks, not events
+        runs_per_rank = 1
+        for rank in (info.ranks if several else (None,)) if summary is not None else ():  # ranks, not events
             values = iteration_scalars(summary, rank, ranks)
+            if several:  # per-rank tags, so that a chart can show one rank (TensorBoard selects tags, not runs)
+                values.columns = [f"rank{rank}/{tag}" for tag in values.columns]
             steps = values.index.to_numpy()
-            tags += [t for t in values.columns if t not in tags]
+            tags += [t for t in values.columns if t not in tags and values[t].notna().any()]
             folder = f"rank{rank}" if several else ""
             runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
             outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
+            written = [run for run, part in outside if len(part)]
+            runs_per_rank = max(runs_per_rank, 1 + len(written))
             for run, part in outside:
                 if len(part):
                     runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
-        runs[""] = _static_events(shown, info, tags, wall_time) + runs.get("", [])
+        runs[""] = _static_events(shown, info, tags, runs_per_rank, wall_time) + runs.get("", [])
         final = out_dir / info.profile_name
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -423,3 +625,11 @@ class TensorboardWriter:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return [final / path.relative_to(staging) for path in written]
+
+    def how_to_open(self, written: Sequence[Path]) -> str | None:
+        events = [p for p in written if p.name.startswith("events.out.tfevents.")]
+        if not events:
+            return None
+        logdir = min(events, key=lambda p: len(p.parts)).parent.parent  # <tb_dir>: the profile's run is below it
+        return (f"TensorBoard: tensorboard --logdir {logdir}, then open {TENSORBOARD_URL}/#custom_scalars "
+                f"(charts per iteration) or {TENSORBOARD_URL}/#text (report tables)")

@@ -2,10 +2,12 @@
 
     python docs/images/make_roofline.py
 
-Writes ``roofline_resnet_amp.png`` (one dot per kernel name and launch shape) and
-``roofline_resnet_amp_op_type.png`` (one dot per op type) next to this script, with ncu's own
-ceilings and the nsys kernel times, exactly as ``dlagg.roofline`` computes them, and prints the
-tables of docs/roofline.md (the kernels and op types with the most GPU time) as Markdown.
+Builds the roofline report as ``dlagg --nsys_database=... --ncu_report=... --reports=roofline`` does
+(ncu's own ceilings, nsys kernel times) and writes its two pictures next to this script,
+``roofline_resnet_amp.png`` (one dot per kernel name and launch shape) and
+``roofline_resnet_amp_op_type.png`` (one dot per op type), redrawn from the report's Vega-Lite specs at a
+smaller scale to keep the docs light. Prints the tables of docs/roofline.md (the kernels and op types
+with the most GPU time) as Markdown.
 """
 
 from __future__ import annotations
@@ -14,61 +16,44 @@ from pathlib import Path
 
 import pandas as pd
 
+from dlagg.context import RankContext
 from dlagg.options import Options
 from dlagg.reader import load_profile
-from dlagg.reports.base import ReportContext
-from dlagg.roofline import analyse, chart_spec, kernel_table, op_type_table, op_types_of, render_png
-from dlagg.timeline.correlate import KERNEL
+from dlagg.reports import build_reports
+from dlagg.roofline import render_png
 from dlagg.timeline.iterations import detect_iterations
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NAME = "resnet_amp"
-SCALE = 1.0  # keeps the pictures light for the docs
+SCALE = 1.0  # keeps the pictures light for the docs (dlagg writes them at 1.5)
 TOP = 5
-
-
-def op_type_of_kernel_row(ctx: ReportContext) -> pd.Series:
-    """Op type per row of profile.kernels, from dlagg's op layer ('' where no op launched it)."""
-    work = ctx.work
-    kernels = work[work["kind"].to_numpy() == KERNEL]
-    op_type = ctx.op_columns(kernels.index, ("Op Type",))["Op Type"]
-    return pd.Series(pd.Series(op_type).astype(str).to_numpy(), index=kernels["row"].to_numpy())
+PICTURES = {"kernels": f"roofline_{NAME}.png", "op_types": f"roofline_{NAME}_op_type.png"}
 
 
 def main() -> None:
     database = ROOT / "fixtures" / "nsys-2022.4" / NAME / f"{NAME}.sqlite"
     profile = load_profile(database)
     iterations = detect_iterations(profile, None, None, None)
-    ctx = ReportContext(profile, iterations, Options(nsys_database=database))
-    roof, match = analyse(ROOT / "fixtures" / "ncu" / NAME / f"{NAME}_raw.csv.gz", profile=profile,
-                          iterations=iterations, gpu_work=ctx.work)
-    kernels = kernel_table(roof)
-    op_types = op_type_table(roof, op_types_of(match, op_type_of_kernel_row(ctx)))
-    pictures = {
-        f"roofline_{NAME}.png": chart_spec(kernels, roof.ceilings,
-                                           title=f"{NAME}: one training step, per kernel (ncu metrics, nsys times)"),
-        f"roofline_{NAME}_op_type.png": chart_spec(op_types, roof.ceilings, label="Op Type",
-                                                   title=f"{NAME}: one training step, per op type (ncu metrics, "
-                                                         "nsys times)"),
-    }
-    for name, spec in pictures.items():
-        path = HERE / name
-        path.write_bytes(render_png(spec, scale=SCALE))
+    options = Options(nsys_database=database, ncu_report=ROOT / "fixtures" / "ncu" / NAME / f"{NAME}_raw.csv.gz")
+    report = build_reports(RankContext(profile, iterations, options), ["roofline"])["roofline"]
+    for image in report.images:
+        path = HERE / PICTURES[image.key]
+        path.write_bytes(render_png(image.spec, scale=SCALE))
         print(f"wrote {path.relative_to(ROOT)} ({path.stat().st_size:,} bytes)")
-    print(markdown(kernels, "Kernel Name", TOP))
-    print(markdown(op_types, "Op Type", TOP))
+    print(markdown(report.table("kernels").frame, "kernel_name", "Kernel Name", "invocations", "Invocations"))
+    print(markdown(report.table("op_types").frame, "op_type", "Op Type", "kernels", "Kernels"))
 
 
-def markdown(table: pd.DataFrame, label: str, top: int) -> str:
-    """The `top` rows with the most GPU time, as a Markdown table."""
-    columns = [label, "Invocations" if "Invocations" in table else "Kernels", "% of GPU Time", "AI DRAM (FLOP/B)",
-               "AI L2 (FLOP/B)", "AI L1 (FLOP/B)", "Achieved FLOP/s", "Bound", "% of Ceiling"]
+def markdown(frame: pd.DataFrame, label: str, title: str, count: str, count_title: str) -> str:
+    """The TOP rows with the most GPU time, as a Markdown table."""
+    columns = [title, count_title, "% of GPU Time", "AI DRAM", "AI L2", "AI L1", "Achieved FLOP/s", "Bound",
+               "% of Ceiling"]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for _, row in table.head(top).iterrows():
-        cells = [f"`{row[label]}`", str(row[columns[1]]), f"{row['% of GPU Time']:.1f}",
-                 *(f"{row[c]:,.3g}" for c in columns[3:6]), f"{row['Achieved FLOP/s'] / 1e12:.2f} T",
-                 row["Bound"], f"{row['% of Ceiling']:.1f}"]
+    for _, row in frame.head(TOP).iterrows():
+        cells = [f"`{row[label]}`", str(row[count]), f"{row['gpu_time_pct']:.1f}",
+                 *(f"{row[c]:,.3g}" for c in ("ai_dram_flop_per_byte", "ai_l2_flop_per_byte", "ai_l1_flop_per_byte")),
+                 f"{row['achieved_flop_per_s'] / 1e12:.2f} T", row["bound"], f"{row['pct_of_ceiling']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

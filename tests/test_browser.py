@@ -1,0 +1,273 @@
+"""The HTML page and TensorBoard's dashboards in a real browser: headless Chromium over DevTools.
+
+Checks that the page renders offline without a script error, that every chart drew, that its
+tables sort, filter and download the report file's rows; that TensorBoard's custom-scalars charts
+draw at most MAX_LINES lines each and its text tables never break a word letter by letter. The
+screenshots taken on the way are the ones docs/ and the README show: they are written to
+``$DLAGG_SCREENSHOTS`` when set (``DLAGG_SCREENSHOTS=docs/screenshots python -m pytest
+tests/test_browser.py`` refreshes them), else to a temporary folder.
+
+Skipped, with the reason, where Chromium is not installed (Debian: ``apt-get install chromium``);
+the multi-rank views need the ../shared fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlagg.options import Options
+from dlagg.pipeline import run
+from dlagg.writers.tensorboard_writer import MAX_LINES
+
+from .browser import Browser, Page, chromium_path
+from .conftest import BUNDLED, RECORDINGS, ROOT, SHARED, recording
+from .test_tensorboard_server import tensorboard
+
+CHROMIUM = chromium_path()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
+                                "chromium; or set DLAGG_CHROMIUM): the browser tests need it")
+ITER_START = 2  # the first two iterations are warm-up: the pictures show the aggregated range apart
+DDP = SHARED / "nsys-2022.4-multi" / "ddp2_gpt_per_rank"
+MAX_PNG_BYTES = 400_000  # keeps the README and docs light
+RENDER_TIMEOUT_S = 90
+# Every section of these reports draws at least one chart on the page.
+CHART_SECTIONS = {"summary", "findings", "iterations", "timeline", "op-types", "kernels"}
+SECTIONS_JS = """Array.from(document.querySelectorAll('section')).map(s => {
+  const r = s.getBoundingClientRect();
+  const table = s.querySelector('.table-box');
+  return {id: s.id, x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height,
+          charts: Number(s.dataset.charts), tablesTop: table ? table.getBoundingClientRect().top + scrollY : null};
+})"""
+# Elements inside TensorBoard's web components (shadow roots), found from the document.
+DEEP_JS = """function deepAll(root, selector) {
+  const found = Array.from(root.querySelectorAll(selector));
+  for (const element of root.querySelectorAll('*')) {
+    if (element.shadowRoot) found.push(...deepAll(element.shadowRoot, selector));
+  }
+  return found;
+}"""
+# A table cell broken inside a word has more lines than words: lines are the distinct tops (more than
+# 4 px apart) of its text's line boxes.
+WRAPPED_CELLS_JS = DEEP_JS + """
+(() => {
+  const bad = [];
+  let cells = 0;
+  for (const cell of deepAll(document, 'td, th')) {
+    const text = cell.textContent.trim();
+    if (!text || !cell.getClientRects().length) continue;
+    cells += 1;
+    const tops = [];
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const r of range.getClientRects()) if (r.width > 0) tops.push(r.top);
+    }
+    tops.sort((a, b) => a - b);
+    const lines = tops.filter((t, k) => k === 0 || t - tops[k - 1] > 4).length;
+    const words = text.split(/\\s+/).length;
+    if (lines > words) bad.push([text.slice(0, 60), lines, words]);
+  }
+  return {cells: cells, bad: bad.slice(0, 20)};
+})()"""
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    target = os.environ.get("DLAGG_SCREENSHOTS")
+    return (ROOT / target if not Path(target).is_absolute() else Path(target)) if target else \
+        tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert CHROMIUM is not None
+    with Browser(CHROMIUM) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def amp_page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("html")
+    run(Options(nsys_database=recording("resnet_amp"), reports=("all",), formats=("csv", "html"), output_path=out,
+                iter_start=ITER_START, suppress_tb_files=True, verbosity="quiet"))
+    return out
+
+
+def open_page(page: Page, path: Path) -> dict:
+    page.navigate(path.as_uri())
+    page.wait_for("window.dlagg && window.dlagg.ready", timeout=RENDER_TIMEOUT_S)
+    return page.evaluate("JSON.parse(JSON.stringify({errors: window.dlagg.errors, charts: window.dlagg.charts}))")
+
+
+def shoot(page: Page, path: Path, clip: dict | None = None) -> None:
+    size = page.screenshot(path, clip)
+    assert 2_000 < size <= MAX_PNG_BYTES, (path, size)
+
+
+def shoot_sections(page: Page, shots: Path, prefix: str, only: set[str] | None = None) -> list[str]:
+    """A PNG per section: its charts, cards and text down to its first table (the first 700 px of a
+    section that starts with a table)."""
+    taken = []
+    for section in page.evaluate(SECTIONS_JS):  # a dozen sections
+        if only is not None and section["id"] not in only:
+            continue
+        top = section["tablesTop"]
+        bottom = top if top and top - section["y"] > 120 else section["y"] + min(section["height"], 700)
+        clip = {"x": section["x"], "y": section["y"], "width": section["width"], "height": bottom - section["y"]}
+        shoot(page, shots / f"{prefix}_{section['id']}.png", clip)
+        taken.append(section["id"])
+    return taken
+
+
+def test_html_page_renders_offline_with_every_chart(browser: Browser, amp_page: Path, shots: Path) -> None:
+    page = browser.page()
+    try:
+        status = open_page(page, amp_page / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert status["charts"] and set(status["charts"].values()) == {"rendered"}
+        drawn = page.evaluate("Array.from(document.querySelectorAll('[data-chart]')).map(c => {"
+                              "const k = c.querySelector('canvas, svg'); return k ? [k.width || k.clientWidth, "
+                              "k.height || k.clientHeight] : [0, 0]})")
+        assert all(w > 100 and h > 30 for w, h in drawn), drawn
+        sections = {s["id"]: s for s in page.evaluate(SECTIONS_JS)}
+        assert CHART_SECTIONS <= {name for name, s in sections.items() if s["charts"] > 0}
+        assert {"run", "launches", "detail", "tensor", "group_node"} <= set(sections)  # generic sections too
+        # Offline: nothing but the file itself was requested (the page holds its libraries and data).
+        assert [u for u in page.requests() if not u.startswith(("file:", "data:", "blob:"))] == []
+        taken = shoot_sections(page, shots, "html")
+        assert set(sections) <= set(taken)
+    finally:
+        page.close()
+
+
+def test_html_tables_sort_filter_and_download_the_report_rows(browser: Browser, amp_page: Path) -> None:
+    page = browser.page()
+    try:
+        open_page(page, amp_page / "dlagg_report.html")
+        box = page.evaluate("Array.from(document.querySelectorAll('#kernels [data-table]'))[0].id")
+        # The download button hands this CSV text to the browser: capture the Blob it makes.
+        downloaded = page.evaluate(
+            f"""(async () => {{
+                  let blob = null;
+                  const make = URL.createObjectURL;
+                  URL.createObjectURL = b => {{ blob = b; return make.call(URL, b); }};
+                  document.querySelector('#{box}').parentElement.querySelector('button').click();
+                  URL.createObjectURL = make;
+                  return await blob.text();
+                }})()""", await_promise=True)
+        report = (amp_page / "dlagg_kernel.csv").read_text()
+        title, rows = report.split("\n", 1)
+        assert title == "Kernel Report" and downloaded == rows  # exactly the report file's header and rows
+        # Sort by total GPU time (descending first for numbers), then filter by text.
+        column = page.evaluate(f"Array.from(document.querySelectorAll('#{box} th')).findIndex("
+                               "th => th.textContent === 'Total GPU Time (ns)')")
+        page.evaluate(f"document.querySelectorAll('#{box} th')[{column}].click()")
+        shown = page.evaluate(f"Array.from(document.querySelectorAll('#{box} tbody tr')).map("
+                              f"tr => tr.children[{column}].textContent.replaceAll(',', ''))")
+        totals = sorted((int(v) for v in shown), reverse=True)
+        assert [int(v) for v in shown] == totals and len(shown) == len(rows.strip().splitlines()) - 1
+        filtered = page.evaluate(
+            f"""(() => {{ const input = document.querySelector('#{box}').parentElement.querySelector('input');
+                 input.value = 'gemm'; input.dispatchEvent(new Event('input'));
+                 return Array.from(document.querySelectorAll('#{box} tbody tr')).map(tr => tr.textContent); }})()""")
+        expected = [line for line in rows.strip().splitlines()[1:] if "gemm" in line.lower()]
+        assert len(filtered) == len(expected) > 0 and all("gemm" in row.lower() for row in filtered)
+    finally:
+        page.close()
+
+
+def test_html_page_of_every_bundled_recording(browser: Browser, tmp_path: Path) -> None:
+    """Profiles without kernels, without ops, with CUDA graphs, copies, a data loader: no script error."""
+    names = [n for n in RECORDINGS if (BUNDLED / "nsys-2022.4" / n / f"{n}.sqlite").exists()]
+    assert len(names) >= 6
+    page = browser.page()
+    try:
+        for name in names:  # a few recordings
+            run(Options(nsys_database=recording(name), reports=("all",), formats=("html",),
+                        output_path=tmp_path / name, suppress_tb_files=True, verbosity="quiet"))
+            status = open_page(page, tmp_path / name / "dlagg_report.html")
+            assert status["errors"] == [] and page.errors() == [], name
+            assert status["charts"] and set(status["charts"].values()) == {"rendered"}, name
+    finally:
+        page.close()
+
+
+@pytest.mark.skipif(not DDP.exists(), reason=f"multi-rank fixture {DDP} not available")
+def test_html_ranks_view(browser: Browser, tmp_path: Path, shots: Path) -> None:
+    run(Options(nsys_database=str(DDP), reports=("all",), formats=("html",), output_path=tmp_path,
+                suppress_tb_files=True, verbosity="quiet", workers=1))
+    page = browser.page()
+    try:
+        status = open_page(page, tmp_path / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert set(status["charts"].values()) == {"rendered"}
+        sections = {s["id"]: s for s in page.evaluate(SECTIONS_JS)}
+        assert sections["ranks"]["charts"] >= 3 and sections["collectives"]["charts"] >= 1
+        assert sections["iterations"]["charts"] == 2 and sections["timeline"]["charts"] == 2  # one per rank
+        assert page.evaluate("document.querySelector('#ranks .callout').textContent").startswith("Straggler: rank")
+        shoot_sections(page, shots, "html_multi", only={"ranks", "timeline"})
+    finally:
+        page.close()
+
+
+def custom_scalar_lines(page: Page) -> list[int]:
+    """Lines drawn by each custom-scalars chart (from its 'Matches' list: one entry per run and tag)."""
+    return page.evaluate(DEEP_JS + """
+      deepAll(document, 'tf-custom-scalar-multi-line-chart-card').map(card =>
+        deepAll(card.shadowRoot || card, '.match-list-entry').length)""")
+
+
+def wait_for_charts(page: Page, selector: str, least: int) -> None:
+    page.wait_for(DEEP_JS + f"deepAll(document, '{selector}').length >= {least}", timeout=RENDER_TIMEOUT_S)
+    page.settle()
+
+
+def test_tensorboard_dashboards(browser: Browser, tmp_path: Path, shots: Path) -> None:
+    profiles = ("resnet_fp32", "resnet_amp")  # side by side, as the README shows them
+    for name in profiles:
+        run(Options(nsys_database=recording(name), reports=("all",), output_path=tmp_path, profile_name=name,
+                    iter_start=ITER_START, verbosity="quiet"))
+    page = browser.page()
+    try:
+        with tensorboard(tmp_path / "event_files", tmp_path / "tensorboard.log", set(profiles)) as base:
+            page.navigate(f"{base}/#custom_scalars&_smoothingWeight=0")
+            wait_for_charts(page, "tf-custom-scalar-multi-line-chart-card", 4)
+            lines = custom_scalar_lines(page)
+            assert lines and max(lines) <= MAX_LINES, lines
+            shoot(page, shots / "tensorboard_scalars.png")
+            page.navigate(f"{base}/#text&tagFilter=kernel/Kernel Report/page 1 of")
+            wait_for_charts(page, "tf-text-loader", 2)
+            wrapped = page.evaluate(WRAPPED_CELLS_JS)
+            assert wrapped["cells"] > 100 and wrapped["bad"] == [], wrapped
+            shoot(page, shots / "tensorboard_text.png")
+            page.navigate(f"{base}/#text&tagFilter=.")  # every table of every report
+            wait_for_charts(page, "tf-text-loader", 10)
+            wrapped = page.evaluate(WRAPPED_CELLS_JS)
+            assert wrapped["bad"] == [], wrapped
+    finally:
+        page.close()
+
+
+@pytest.mark.skipif(not DDP.exists(), reason=f"multi-rank fixture {DDP} not available")
+def test_tensorboard_ranks_view(browser: Browser, tmp_path: Path, shots: Path) -> None:
+    run(Options(nsys_database=str(DDP), reports=("summary", "ranks"), output_path=tmp_path, verbosity="quiet",
+                workers=1))
+    page = browser.page()
+    try:
+        with tensorboard(tmp_path / "event_files", tmp_path / "tensorboard.log", {"dlagg/rank0", "dlagg/rank1"}) \
+                as base:
+            page.navigate(f"{base}/#custom_scalars&_smoothingWeight=0")
+            wait_for_charts(page, "tf-custom-scalar-multi-line-chart-card", 4)
+            lines = custom_scalar_lines(page)
+            assert lines and max(lines) <= MAX_LINES, lines
+            titles = page.evaluate(DEEP_JS + "deepAll(document, 'tf-custom-scalar-multi-line-chart-card')"
+                                   ".map(c => c.title)")
+            assert titles[0] == "Iteration time (ms) per rank"
+            shoot(page, shots / "tensorboard_ranks.png")
+    finally:
+        page.close()
