@@ -114,7 +114,7 @@ def test_every_table_is_the_report_files_rows(out: Path) -> None:
     for spec in data["tables"].values():
         _, suffix_key = spec["download"].split("_", 1)
         suffix, key = next((s, suffix_key[len(s) + 1:-4]) for s in
-                           ("expert_systems", "tensor_core", "group_node", "detailed", "summary", "kernel",
+                           ("expert_systems", "tensor_core", "group_op", "detailed", "summary", "kernel",
                             "iteration", "op_type") if suffix_key.startswith(s + "_"))
         doc = json.loads((out / f"dlagg_{suffix}.json").read_text())
         (table,) = [t for t in doc["tables"] if t["key"] == key]

@@ -30,7 +30,7 @@ from ..context import RankContext
 from ..ops.aggregate import op_usage, path_prefixes
 from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, KEY, SUM, Field, Table, key_values, merge_tables, summed_over
+from .figures import ANY, COUNT, KEY, SUM, Field, Table, merge_tables, summed_over
 from .op_stats import METRIC_FIELDS, METRICS
 
 COMPLETE_MODEL = "_CompleteModel_"  # DLProf's name of the row over every op call
@@ -57,7 +57,6 @@ PATH_OP_FIELDS = (
     Field("tc_eligible", "TC Eligible", merge=ANY),
     Field("using_tc", "Using TC", merge=ANY),
 )
-ITERATIONS = Field("iterations", "Aggregated Iterations", COUNT)
 
 
 def base_figures(ctx: RankContext) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -120,19 +119,17 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per group path prefix and for the whole model: op calls, TC-eligible and TC-using ops, CPU/GPU time,
     overhead, idle (totals; average, minimum and maximum per iteration)."""
     its = ctx.iterations
-    count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, its.stop - its.start + 1)], csv=False)
     if ctx.op_instances.empty:
         return Report("group_node", "group_op", (
             Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
             Table("path_iterations", "Group Path Iterations", BASE_FIELDS, empty(BASE_FIELDS), csv=False),
-            Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, empty(PATH_OP_FIELDS), csv=False),
-            count), warnings=no_ops_warning(ctx, "group_node"))
+            Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, empty(PATH_OP_FIELDS), csv=False)),
+            warnings=no_ops_warning(ctx, "group_node"))
     base, path_ops = base_figures(ctx)
     return Report("group_node", "group_op", (
         Table("groups", "Group Op Report", FIELDS, by_prefix(base, path_ops, its.stop - its.start + 1)),
         Table("path_iterations", "Group Path Iterations", BASE_FIELDS, base, csv=False),
         Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, path_ops, csv=False),
-        count,
     ))
 
 
@@ -146,7 +143,6 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     selected = set().union(*(set(r.iterations.selected) for r in job.ranks))
     groups = reports[0].main
     rows = by_prefix(base.frame, path_ops.frame, len(selected)) if len(base) else groups.frame
-    count = key_values("iterations", "Aggregated Iterations", [(ITERATIONS, len(selected))], csv=False)
     warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
-    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, path_ops,
-                                             count), warnings=warnings)
+    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, path_ops),
+                  warnings=warnings)
