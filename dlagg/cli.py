@@ -2,23 +2,47 @@
 
 ``main(argv) -> int`` is the only place that turns a `DlaggError` into one stderr line and an
 exit code; everything else raises.
+
+Every DLProf v1.8 option is accepted (docs/cli.md). Those dlagg shares with DLProf are its own
+options; the others are data (`DLPROF_ONLY`): the ones about running the program under nsys are
+honoured when dlagg runs it (``dlagg [options] python train.py``: `dlagg.record`) and change
+nothing for an existing export, and the rest say in one warning why dlagg cannot honour them.
+Long options are never abbreviated, and an unknown option is an error naming the closest real
+one. Everything from the first word that is neither an option nor an option's value (or after
+``--``) is the program to run.
+
+Exit codes: 0 done; 1 bad input or output, or nsys failed; 2 bad options; 3 an unexpected failure;
+4 a warning under --strict=true; the program's own status when it failed (its reports are still
+written); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from . import __version__
-from .errors import DlaggError
+from .errors import DlaggError, OptionsError
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, glibc
 from .options import VERBOSITIES, Baseline, Options
-from .pipeline import run
+from .pipeline import check_outputs, run
+from .record import (
+    DEFAULT_BASE_NAME,
+    DEFAULT_NSYS_OPTS,
+    Recorded,
+    Recording,
+    nsys_options,
+    ready,
+    record,
+    trace_warnings,
+)
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS, how_to_open
@@ -26,6 +50,10 @@ from .writers import WRITERS, how_to_open
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
 SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
+STRICT = 4  # exit code of a run that gave a warning under --strict=true
+# An unknown option is offered the real ones at least this alike (difflib's ratio; '--output' ->
+# '--output_path' 0.76), the runner-up only when about as alike as the best ('--iter' -> both).
+CLOSE_OPTION = 0.5
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -85,6 +113,131 @@ def iteration(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole seconds, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {value}")
+    return value
+
+
+def base_name(text: str) -> str:
+    """A file name without folder (--output_path gives it) or nsys's %-patterns (dlagg must find the file)."""
+    if not text or "/" in text or os.sep in text or "%" in text:
+        raise argparse.ArgumentTypeError(f"expected a plain file name (no folder, no %), got '{text}'; the folder "
+                                         "is --output_path")
+    return text
+
+
+# ---- DLProf's options beyond the ones dlagg shares with it ----------------------------------------------
+
+# --mode: what DLProf did differently in each mode, and why dlagg does not ("": nothing to say). dlagg
+# reads the markers every framework leaves in the export, whatever the mode.
+MODES = {
+    "simple": "DLProf's simple mode gave all GPU work to one pseudo op; dlagg still reports the ops the export's "
+              "NVTX ranges define (--reports=summary,kernel leave ops aside)",
+    "pytorch": "",  # DLProf's PyTorch build default: dlagg reads PyTorch's markers (emit_nvtx, DLProf/PyProf's)
+    "tensorflow1": "DLProf read TensorFlow's graph (op types, Tensor Core eligibility) through its own TensorFlow "
+                   "integration; dlagg reads the export alone: ops are its NVTX ranges, named as they are",
+    "tensorflow2": "DLProf read TensorFlow's graph (op types, Tensor Core eligibility) through its own TensorFlow "
+                   "integration; dlagg reads the export alone: ops are its NVTX ranges, named as they are",
+    "tensorrt": "DLProf read TensorRT's engine layers through its own integration; dlagg reads the export alone: "
+                "ops are TensorRT's NVTX layer ranges, named as they are",
+}
+RUNS_PROGRAM = "dlagg [options] python train.py"
+
+
+@dataclass(frozen=True)
+class DLProfOption:
+    """A DLProf v1.8 option that dlagg does not share as one of its own (reference.md §1.2).
+
+    `recording`: honoured when dlagg runs the program under nsys; it changes nothing for an existing
+    export. `unsupported`: why dlagg cannot honour it (said in one warning when it is given).
+    Default None everywhere: whether it was given is what decides the warning.
+    """
+
+    flags: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    boolean: bool = False
+    recording: bool = False
+    unsupported: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flags[-1].lstrip("-")
+
+
+DLPROF_ONLY = (
+    DLProfOption(("-m", "--mode"), choices=tuple(MODES), metavar="MODE",
+                 help=f"DLProf's target framework ({', '.join(MODES)}): checked, and changes nothing for an nsys "
+                      "export, since dlagg reads the markers each framework leaves in it (all but pytorch say in a "
+                      "warning what DLProf did that dlagg does not)"),
+    DLProfOption(("--nsys_opts",), metavar="OPTS", recording=True,
+                 help=f"options for 'nsys profile' when dlagg runs the program (default '{DEFAULT_NSYS_OPTS}'; "
+                      "keep cuda and nvtx traced; -o is --output_path/--nsys_base_name)"),
+    DLProfOption(("--nsys_base_name",), metavar="NAME", type=base_name, recording=True,
+                 help=f"name of the nsys report and its SQLite export in --output_path when dlagg runs the program "
+                      f"(default {DEFAULT_BASE_NAME}: {DEFAULT_BASE_NAME}.nsys-rep, {DEFAULT_BASE_NAME}.sqlite)"),
+    DLProfOption(("--nsys_profile_range",), boolean=True, recording=True,
+                 help="record only between the program's cudaProfilerStart and cudaProfilerStop (nsys -c "
+                      "cudaProfilerApi; default false)"),
+    DLProfOption(("-y", "--delay"), metavar="SECONDS", type=seconds, recording=True,
+                 help="seconds after the program starts before nsys collects (default 0)"),
+    DLProfOption(("-d", "--duration"), metavar="SECONDS", type=seconds, recording=True,
+                 help="seconds nsys collects for (default 0: until the program ends)"),
+    DLProfOption(("--dump_model_data",), boolean=True,
+                 unsupported="dlagg writes no raw dump of DLProf's correlated model data; --formats=json writes "
+                             "every report's exact figures",
+                 help="DLProf's JSON dump of its raw model data: accepted, not written (use --formats=json)"),
+    DLProfOption(("--graphdef",), metavar="PATH",
+                 unsupported="dlagg reads no TensorFlow GraphDef: ops come from the export's NVTX ranges",
+                 help="DLProf's TensorFlow GraphDef (or auto): accepted, not read"),
+)
+
+
+def add_dlprof_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(f"running the program under nsys ({RUNS_PROGRAM}), and DLProf's other "
+                                      "options (docs/cli.md)")
+    for option in DLPROF_ONLY:
+        kind: dict[str, Any] = ({"type": boolean, "nargs": "?", "const": True, "metavar": "BOOL"} if option.boolean
+                                else {"type": option.type, "metavar": option.metavar, "choices": option.choices})
+        group.add_argument(*option.flags, dest=option.dest, default=None, help=option.help, **kind)
+
+
+def option_warnings(args: argparse.Namespace, program: Sequence[str], recording: bool) -> list[str]:
+    """One warning per DLProf option given that does nothing here, and for a program not run."""
+    warnings = []
+    if program and not recording:
+        warnings.append(f"the program ({' '.join(program)}) is not run: --nsys_database reads an existing export "
+                        "(DLProf ignored the program then too); leave one of them out")
+    for option in DLPROF_ONLY:
+        value = getattr(args, option.dest)
+        if value is None or value is False:
+            continue
+        given = f"{option.flags[-1]}={value}"
+        if option.unsupported:
+            warnings.append(f"{given} is accepted but does nothing: {option.unsupported}")
+        elif option.recording and not recording:
+            warnings.append(f"{given} changes nothing for an existing export: it applies when dlagg runs the program "
+                            f"under nsys ({RUNS_PROGRAM})")
+    if args.mode is not None and MODES[args.mode]:
+        warnings.append(f"--mode={args.mode} changes nothing for an nsys export: {MODES[args.mode]}")
+    return warnings
+
+
+def recording_from(args: argparse.Namespace) -> Recording:
+    return Recording(output_path=args.output_path,
+                     base_name=args.nsys_base_name if args.nsys_base_name is not None else DEFAULT_BASE_NAME,
+                     nsys_opts=args.nsys_opts if args.nsys_opts is not None else DEFAULT_NSYS_OPTS,
+                     delay=args.delay, duration=args.duration, profile_range=bool(args.nsys_profile_range),
+                     force=args.force)
+
+
 def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
     for name, spec in REPORTS.items():
@@ -95,6 +248,7 @@ def _reports_help() -> str:
         "",
         "examples:",
         "  dlagg --nsys_database=run.sqlite --reports=all",
+        "  dlagg --reports=all --key_node=train_step python train.py --epochs=1    # runs it under nsys, as dlprof",
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
         "  dlagg --nsys_database=after.sqlite --baseline=before.sqlite --reports=all --fail_if_slower=5",
@@ -105,19 +259,66 @@ def _reports_help() -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (exit 2), not a usage dump."""
+    """Usage errors as one line on stderr (exit 2), not a usage dump; no abbreviated long options, and an
+    unknown option named with the closest real ones."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"dlagg: error: {message} (see dlagg --help)\n")
 
+    def option_strings(self) -> list[str]:
+        return list(self._option_string_actions)  # argparse's own table of every option string
 
-def build_parser() -> argparse.ArgumentParser:
+    def parse_options(self, words: Sequence[str]) -> argparse.Namespace:
+        args, unknown = self.parse_known_args(list(words))
+        if unknown:
+            self.error(self.unknown(unknown[0]))
+        return args
+
+    def unknown(self, word: str) -> str:
+        """'unknown option --output=x; did you mean --output_path?'"""
+        name = word.split("=", 1)[0]
+        known_ones = self.option_strings()
+        scores = sorted(((difflib.SequenceMatcher(None, name, known).ratio(), known) for known in known_ones),
+                        reverse=True)  # a few dozen options
+        close = [known for score, known in scores[:2] if score >= max(CLOSE_OPTION, scores[0][0] - 0.05)]
+        meant = f"; did you mean {' or '.join(close)}?" if close else ""
+        if any(known.startswith(name) for known in known_ones):
+            meant += " (options are never abbreviated)"
+        return f"unknown option {name}{meant}"
+
+    def split_program(self, words: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(dlagg's words, the program's): the program starts at the first word that is neither an option nor an
+        option's value, or after '--'. An optional boolean (-f, -b) takes the next word only when it is one
+        (`dlagg -b python train.py` runs python)."""
+        words = list(words)
+        actions = self._option_string_actions
+        i = 0
+        while i < len(words):  # the command line's words
+            word = words[i]
+            if word == "--":
+                return words[:i], words[i + 1:]
+            if not word.startswith("-") or word == "-":
+                return words[:i], words[i:]
+            action = actions.get(word)  # None: '--name=value', '-y10', or unknown (parse_options says so)
+            if action is not None and i + 1 < len(words):
+                follows = words[i + 1]
+                if action.nargs is None or (action.nargs == "?" and follows.strip().lower() in (*TRUE, *FALSE)):
+                    i += 1
+            i += 1
+        return words, []
+
+
+def build_parser() -> Parser:
     parser = Parser(
         prog="dlagg",
+        usage="dlagg [options] --nsys_database=FILES\n       dlagg [options] program [args ...]    (runs it under "
+              "nsys profile, as dlprof did)",
         description="Where each training iteration's time goes, from an Nsight Systems SQLite export "
-                    "(nsys export --type sqlite). Command line compatible with NVIDIA DLProf.",
+                    "(nsys export --type sqlite), or from a program dlagg runs under nsys. Command line compatible "
+                    "with NVIDIA DLProf (docs/cli.md).",
         epilog=_reports_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
@@ -126,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
              "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks). Needed by "
              "every report but the roofline")
     add("--reports", type=comma_list, default=(), metavar="LIST",
-        help="reports to write: all or a comma list (see below); none by default, like DLProf")
+        help="reports to write: all or a comma list (see below); default summary,expert_systems (DLProf: none)")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
         help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
              "(default csv; html: one self-contained page with plots)")
@@ -159,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured ceilings replacing ncu's own where the file names them (format: docs/roofline.md)")
     add("--ncu_rank", type=rank, default=None, metavar="N",
         help="the rank whose process ncu profiled, when the nsys export(s) hold several (default: the first rank)")
+    add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
+             "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
     add_baseline_arguments(parser)
+    add_dlprof_arguments(parser)
     return parser
 
 
@@ -244,13 +449,49 @@ def _input_name(options: Options) -> str:
     return Path(str(options.nsys_database if options.nsys_database is not None else options.ncu_report)).name
 
 
+DEFAULT_REPORTS = ("summary", "expert_systems")
+
+
+def with_default_reports(options: Options) -> tuple[Options, str]:
+    """No --reports: the summary and expert-systems reports (the roofline report of an ncu report alone)
+    and TensorBoard event files, and the line that says so after the run. DLProf wrote none, which surprised every
+    new user."""
+    if options.reports:
+        return options, ""
+    names = DEFAULT_REPORTS if options.nsys_database is not None else ("roofline",)
+    event_files = "" if options.suppress_tb_files else " and TensorBoard event files"
+    return replace(options, reports=names), (f"no --reports given, so dlagg wrote the {' and '.join(names)} "
+                                             f"report{'s' if len(names) > 1 else ''}{event_files}; --reports=all "
+                                             "writes every report")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, program = parser.split_program(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_options(own)
     options = options_from(args, baseline_from(args, parser))
-    tune_process()
-    log = Log(options.level)
+    log = Log(options.level, strict=args.strict)
+    recording = recording_from(args) if program and options.nsys_database is None else None
+    recorded: Recorded | None = None
+    defaults = ""  # the line saying which reports were written without --reports
     try:
+        warnings = option_warnings(args, program, recording is not None)
+        if recording is not None:
+            options = replace(options, nsys_database=recording.sqlite)
+            warnings += trace_warnings(nsys_options(recording))
+        for warning in warnings:
+            log.warn(warning)
+        if log.strict and log.warnings:  # before a long training run, not after it
+            return _strict(log, "nothing was read or run")
+        if options.nsys_database is None and options.ncu_report is None:
+            raise OptionsError(f"nothing to read: pass --nsys_database=run.sqlite (an nsys SQLite export), a program "
+                               f"to run under nsys ({RUNS_PROGRAM}), or --ncu_report=step.csv")
+        options, defaults = with_default_reports(options)
+        tune_process()
+        if recording is not None:
+            nsys = ready(program)
+            check_outputs(options)  # a report in the way is found before the program runs, not after
+            recorded = record(nsys, program, recording, log)
         result = run(options, log, worker_init=tune_process)
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
@@ -274,24 +515,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(feedback_text(built))
     if result.comparison is not None and options.level >= MINIMAL:
         print(f"Compared with the baseline: {result.comparison.verdict.text}")
-    if not options.reports and result.comparison is None:
-        log.result("no report requested: pass --reports=all (or a comma list) to write reports")
-        return 0
+    failed = recorded.status if recorded is not None else 0  # the program's own failure is passed on
+    if defaults:  # said once the run succeeded: a bad input stays one error line
+        log.info(defaults)
     if not result.written:
         log.result("error: no report could be written for this export (see the warnings above)")
-        return 1
+        return failed or 1
     folders = sorted({str(p.parent) for p in result.written})
     log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
                + ", ".join(p.name for p in result.written))
     for line in how_to_open(result.written):
         log.result(line)
+    if failed:
+        log.result(f"the program exited with status {failed}, and so does dlagg (the files above cover what nsys "
+                   "recorded)")
+        return failed
     if result.comparison is not None and args.fail_if_slower is not None:
         verdict = result.comparison.verdict
         if verdict.slower_than(args.fail_if_slower):
             log.result(f"error: {100.0 * (verdict.ratio - 1.0):.1f}% slower than the baseline (significantly), more "
                        f"than --fail_if_slower={args.fail_if_slower:g}")
             return SLOWER
+    if log.strict and log.warnings:
+        return _strict(log, "the outputs were written")
     return 0
+
+
+def _strict(log: Log, outputs: str) -> int:
+    """--strict=true with warnings (each already written as an error line): one closing line, exit STRICT."""
+    count = len(log.warnings)
+    print(f"dlagg: error: --strict=true: {count} warning{'s' if count != 1 else ''} above, exit status {STRICT}; "
+          f"{outputs}", file=sys.stderr)
+    return STRICT
 
 
 def entry() -> NoReturn:

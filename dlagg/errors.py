@@ -21,3 +21,13 @@ class OptionsError(DlaggError):
 
 class OutputError(DlaggError):
     """An output cannot be written (folder not writable, file exists without --force)."""
+
+
+class RecordError(DlaggError):
+    """Running the program under nsys, or exporting its report, failed (nsys missing, program not found, ...).
+
+    The exit code is the program's status when the program failed, else 1."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -30,6 +30,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from .comm import RankInput, match_collectives, rank_comm
@@ -43,21 +44,56 @@ from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
 from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
 from .reports.roofline import tc_warning
-from .timeline.iterations import detect_iterations
+from .timeline.correlate import KERNEL
+from .timeline.iterations import detect_iterations, near_names
 
 OPS_INDEX = ["op_key", "op_type", "order", "forward_op_key"]
 
 
-def key_node_warning(its: Iterations, has_nvtx: bool) -> str | None:
-    """The warning for a rank whose key node was not found (None when it was)."""
+def key_node_warning(its: Iterations, has_nvtx: bool, near: Sequence[str] = ()) -> str | None:
+    """The warning for a rank whose key node was not found (None when it was): the range names closest to
+    a --key_node given (`near`: a typo is the usual cause) and the most frequent top-level ranges."""
     if its.found:
         return None
     if has_nvtx:
-        hint = f"; candidates: {', '.join(its.candidates)}" if its.candidates else ""
-        todo = f"set --key_node to the NVTX range of one training step{hint}"
+        meant = f"closest range names: {', '.join(repr(n) for n in near)} (a typo?); " if near else ""
+        frequent = f"; most frequent top-level ranges: {', '.join(its.candidates)}" if its.candidates else ""
+        todo = f"{meant}set --key_node to the NVTX range of one training step{frequent}"
     else:
         todo = "wrap each training step in an NVTX range and record with 'nsys profile -t cuda,nvtx'"
     return f"{its.reason}: the whole profile is one iteration 0; {todo}"
+
+
+def outside_warning(ctx: RankContext) -> str | None:
+    """The warning for GPU work launched outside every iteration (after the last key-node range ends, or
+    before the first iteration starts): how many kernels and memory operations, and their GPU time (sum of
+    durations). Such work belongs to no iteration, so no iteration figure counts it. None when there is none."""
+    its = ctx.iterations
+    if not its.found or not (len(ctx.profile.kernels) or len(ctx.profile.memcpy) or len(ctx.profile.memset)):
+        return None
+    work = ctx.work
+    outside = work["iteration"].to_numpy() < 0
+    if not outside.any():
+        return None
+    kernel = work["kind"].to_numpy() == KERNEL
+    duration = (work["end"].to_numpy() - work["start"].to_numpy()).astype(np.float64)
+    parts = []
+    for mask, what in ((kernel, "kernel"), (~kernel, "memory operation")):  # two kinds, not events
+        count = int((outside & mask).sum())
+        if count:
+            time = float(duration[outside & mask].sum())
+            parts.append(f"{count:,} {what}{'s' if count != 1 else ''} ({time / 1e6:,.3f} ms of GPU time, "
+                         f"{_share(time, float(duration[mask].sum()))} of all {what}s' GPU time)")
+    before = outside & (work["t_attr"].to_numpy() < its.starts[0])
+    where = ("after the last" if not before.any() else
+             "before the first" if before.all() else "before the first or after the last")
+    return (f"{' and '.join(parts)} launched {where} '{its.key_node}' range fall{'s' if outside.sum() == 1 else ''} "
+            "outside every iteration: no iteration figure counts them (if that is training work, end the key node's "
+            "range after it; evaluation or shutdown work may be left out)")
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f} %" if whole > 0 else "0.0 %"
 
 
 def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
@@ -81,7 +117,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     except OptionsError as exc:
         raise OptionsError(f"{exc}{where}") from None
     warnings: list[str] = list(profile.meta.warnings)
-    missing = key_node_warning(iterations, len(profile.nvtx) > 0)
+    near = near_names(profile, options.key_node) if options.key_node and not iterations.found else ()
+    missing = key_node_warning(iterations, len(profile.nvtx) > 0, near)
     if missing:
         warnings.append(f"{missing}{where}")
     if several and options.iter_stop is not None and iterations.stop < options.iter_stop:
@@ -115,6 +152,9 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
             reports[name] = spec.build(ctx, {dep: reports[dep] for dep in spec.depends})
         if on_report is not None:
             on_report(reports[name], so_far)
+    outside = outside_warning(ctx)
+    if outside:
+        warnings.append(f"{outside}{where}")
     ops = ctx.ops.ops[OPS_INDEX].reset_index(drop=True) if "ops" in ctx.__dict__ else pd.DataFrame(
         {c: pd.Series(dtype=object) for c in OPS_INDEX})
     communication = rank_comm(ctx) if comm else None

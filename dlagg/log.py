@@ -15,15 +15,23 @@ QUIET, MINIMAL, NORMAL, DETAILED, DIAGNOSTIC = range(5)
 
 
 class Log:
-    def __init__(self, level: int = NORMAL, stream: TextIO | None = None) -> None:
+    """`strict` (the CLI's --strict=true): every warning is written as an error line, whatever the
+    verbosity; `warnings` keeps every warning given, for the caller's exit code."""
+
+    def __init__(self, level: int = NORMAL, stream: TextIO | None = None, *, strict: bool = False) -> None:
         self.level = level
         self.stream = stream if stream is not None else sys.stderr
+        self.strict = strict
+        self.warnings: list[str] = []
 
     def _emit(self, text: str) -> None:
         print(f"dlagg: {text}", file=self.stream, flush=True)
 
     def warn(self, text: str) -> None:
-        if self.level >= MINIMAL:
+        self.warnings.append(text)
+        if self.strict:
+            self._emit(f"error: {text}")
+        elif self.level >= MINIMAL:
             self._emit(f"warning: {text}")
 
     def result(self, text: str) -> None:

@@ -120,7 +120,20 @@ def _check_formats(formats: tuple[str, ...]) -> None:
             raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
 
 
-def _prepare_output(options: Options, names: list[str], job: Job, also: Sequence[Path] = ()) -> None:
+def check_outputs(options: Options) -> None:
+    """What `run` checks before it reads anything, for a caller about to make the input (the CLI running
+    a program under nsys): the formats and reports valid, the output folder writable and no output in
+    the way. One rank is assumed: --per_rank's folders are checked by `run`, once the ranks are known."""
+    options = replace(options, formats=file_formats(options.formats))
+    _check_formats(options.formats)
+    _check_roofline_options(options)
+    baseline_job(options)
+    names = resolve_reports(options.reports, inputs=_inputs(options))
+    if names or options.baseline is not None:
+        _prepare_output(options, names, None, _comparison_targets(options))
+
+
+def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
     out = options.output_path
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
@@ -140,7 +153,7 @@ def _prepare_output(options: Options, names: list[str], job: Job, also: Sequence
     suffixes = [REPORTS[n].file_suffix for n in names]
     targets = [p for fmt in _writers(options)
                for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
-    if options.per_rank and len(job.sources) > 1:
+    if options.per_rank and job is not None and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
                     for p in WRITERS[fmt].targets(rank_suffixes, _rank_dir(options, s.rank), options.profile_name)]

@@ -1,6 +1,6 @@
 """The package's layering, checked from its source: imports only go down, and nothing hides a cycle.
 
-cli -> pipeline -> compare -> {job, writers} -> reports -> expert -> comm -> context -> {ops, roofline}
+cli -> {pipeline, record} -> compare -> {job, writers} -> reports -> expert -> comm -> context -> {ops, roofline}
 -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
 is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
@@ -29,7 +29,7 @@ LAYERS = {
     "reports": 8,
     "job": 9, "writers": 9,
     "compare": 10,  # two jobs' figures compared: reduces the baseline with job
-    "pipeline": 11,
+    "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
 }
 # Parts a writer may import besides writers and reports: the bottom layer.

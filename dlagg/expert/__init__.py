@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import iterations, launch, memory, precision, utilisation  # noqa: F401  (registers detectors)
-from .base import DETECTORS, MIN_STAKE_NS, Finding, MissingData, Outcome, severity_of
+from .base import DETECTORS, MIN_STAKE_NS, Finding, MissingData, Outcome, finding_rank, severity_of
 from .facts import Facts
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
-    """Every detector on `ctx`; findings sorted by time at stake (largest first, unknown last)."""
+    """Every detector on `ctx`; findings sorted by `base.finding_rank` (leading ones, then time at stake)."""
     facts = Facts(ctx)
     findings: list[Finding] = []
     outcomes: list[Outcome] = []
@@ -35,7 +35,7 @@ def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
     order = {name: i for i, name in enumerate(DETECTORS)}
     typical = facts.typical_iteration_ns
     findings = [f if f.severity else _with_severity(f, severity_of(f, typical)) for f in findings]
-    findings.sort(key=lambda f: (f.time_at_stake_ns is None, -(f.time_at_stake_ns or 0.0), order[f.detector]))
+    findings.sort(key=lambda f: (*finding_rank(f.detector, f.time_at_stake_ns), order[f.detector]))
     return findings, outcomes
 
 

@@ -31,6 +31,15 @@ MEDIUM_SHARE = 0.05
 # decimals, so less than half a microsecond would read "0.000 ms" (nothing to gain: no finding).
 MIN_STAKE_NS = 500
 
+# Findings listed first whatever their time at stake: without iterations every other figure covers the
+# whole profile, so a reader must see that before anything else.
+LEADING = ("key_node",)
+
+
+def finding_rank(detector: str, time_at_stake_ns: float | None) -> tuple[bool, bool, float]:
+    """Sort key of a finding: leading detectors first, then by time at stake (largest first, unknown last)."""
+    return detector not in LEADING, time_at_stake_ns is None, -(time_at_stake_ns or 0.0)
+
 
 class MissingData(Exception):
     """The export lacks what a detector needs; the message says what (shown in the report)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..timeline.iterations import near_names
 from .base import HIGH, Finding, detector, iteration_list, ms, plural, quoted, require
 from .facts import Facts
 
@@ -24,19 +25,27 @@ QUEUE_FILLING_SHARE = 0.10
 
 @detector("key_node")
 def key_node_not_found(facts: Facts) -> list[Finding]:
-    """DLProf's no_iterations_detector: without a key node every figure covers the whole profile."""
+    """DLProf's no_iterations_detector: without a key node every figure covers the whole profile. A
+    --key_node that matches no range is named with the range names closest to it (a typo is the usual
+    cause). The report lists this finding first (``base.LEADING``): every other figure depends on it."""
     its = facts.iterations
     if its.found:
         return []
     n_ranges = len(facts.profile.nvtx)
+    asked = facts.ctx.options.key_node
+    near = near_names(facts.profile, asked) if asked else ()
+    recommendation = ""
+    if near:
+        recommendation = (f"Check the spelling of --key_node={asked}: the closest range names in this profile are "
+                          f"{quoted(near)} (--key_node={near[0]}). ")
     if its.candidates:
-        recommendation = (f"Set --key_node to the NVTX range that encloses one training step. The most frequent "
-                          f"top-level ranges in this profile are {quoted(its.candidates)}, e.g. "
-                          f"--key_node={its.candidates[0]}; '*' matches numbered steps (--key_node='ProfilerStep#*').")
+        recommendation += (f"Set --key_node to the NVTX range that encloses one training step. The most frequent "
+                           f"top-level ranges in this profile are {quoted(its.candidates)}, e.g. "
+                           f"--key_node={its.candidates[0]}; '*' matches numbered steps (--key_node='ProfilerStep#*').")
     else:
-        recommendation = ("Wrap each training step in one NVTX range (torch.cuda.nvtx.range_push('train_step') / "
-                          "range_pop(), or nvtx.annotate), record with 'nsys profile -t cuda,nvtx', then pass "
-                          "--key_node=train_step.")
+        recommendation += ("Wrap each training step in one NVTX range (torch.cuda.nvtx.range_push('train_step') / "
+                           "range_pop(), or nvtx.annotate), record with 'nsys profile -t cuda,nvtx', then pass "
+                           "--key_node=train_step.")
     wall = facts.profile.meta.end - facts.profile.meta.start
     return [Finding(
         detector="key_node",

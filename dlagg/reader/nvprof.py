@@ -233,10 +233,21 @@ def _frame(table: schema.Table, values: dict[str, np.ndarray]) -> pd.DataFrame:
     return pd.DataFrame({c.name: np.asarray(values[c.name]).astype(c.dtype, copy=False) for c in table.columns})
 
 
-def read_nvprof(db: Database) -> Profile:
-    """Every table dlagg uses, from the nvprof database `db`, as a `Profile` (see the module docstring)."""
-    db.again = RECORD_AGAIN
-    reader = _Reader(db)
+@dataclass
+class _Read:
+    """The nvprof tables as read, before they become nsys-shaped frames (times still nvprof's)."""
+
+    ids: np.ndarray  # StringTable ids
+    values: pa.Array  # StringTable values
+    kernels: pd.DataFrame
+    api: pd.DataFrame
+    frames: dict[str, pd.DataFrame]  # memcpy, memset, sync
+    ranges: pd.DataFrame
+    physical: dict[str, str]  # dlagg table -> the nvprof table(s) it was read from
+
+
+def _read(db: Database, reader: _Reader) -> _Read:
+    """Every table dlagg uses, read on the reader's threads."""
     with ThreadPoolExecutor(READ_THREADS) as pool:
         strings_job = pool.submit(_strings, db)
         kernels_job = pool.submit(reader.tables, KERNEL_TABLES, KERNEL_COLUMNS)
@@ -254,27 +265,27 @@ def read_nvprof(db: Database) -> Profile:
     physical.update({name: table for name, table in (
         ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"), ("memset", "CUPTI_ACTIVITY_KIND_MEMSET"),
         ("sync", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), ("nvtx", MARKER_TABLE)) if table in db.tables})
-    physical = {name: table for name, table in physical.items() if table}
     empty = {"memcpy": MEMCPY_COLUMNS, "memset": MEMSET_COLUMNS, "sync": SYNC_COLUMNS}
     frames = {name: read[name] if read[name] is not None else
               pd.DataFrame({c.name: np.empty(0, np.int64) for c in columns}) for name, columns in empty.items()}
-    kernels = reader.timed(kernels, "kernel")
-    api = reader.timed(api, "CUDA API")
-    frames = {name: reader.timed(frame, name) for name, frame in frames.items()}
-    ranges = _ranges(reader, read["markers"])
+    return _Read(ids, values, reader.timed(kernels, "kernel"), reader.timed(api, "CUDA API"),
+                 {name: reader.timed(frame, name) for name, frame in frames.items()},
+                 _ranges(reader, read["markers"]), {name: table for name, table in physical.items() if table})
 
-    # nvprof's clock is absolute; nsys's counts from the session: start at the earliest record
-    firsts = [f["start"].min() for f in (kernels, api, *frames.values(), ranges) if len(f)]
+
+def _from_session_start(read: _Read) -> None:
+    """nvprof's clock is absolute; nsys's counts from the session: times start at the earliest record."""
+    frames = (read.kernels, read.api, *read.frames.values(), read.ranges)
+    firsts = [f["start"].min() for f in frames if len(f)]
     origin = int(min(firsts)) if firsts else 0
-    for frame in (kernels, api, *frames.values(), ranges):
+    for frame in frames:
         frame["start"] -= origin
         frame["end"] = np.where(frame["end"].to_numpy() >= 0, frame["end"].to_numpy() - origin, NO_ID)
 
-    threads = _Threads([(api["pid"].to_numpy(), api["tid"].to_numpy()),
-                        (ranges["pid"].to_numpy(), ranges["tid"].to_numpy()),
-                        (ranges["end_pid"].to_numpy(), ranges["end_tid"].to_numpy())])
-    strings = _Strings(ids, values)
-    texts = strings.nvtx_names(ranges["name"].to_numpy())
+
+def _event_frames(db: Database, read: _Read, strings: _Strings, threads: _Threads) -> dict[str, pd.DataFrame]:
+    """The GPU and API frames as the nsys reader gives them (ids, processes and threads as nsys encodes them)."""
+    kernels, api, frames = read.kernels, read.api, read.frames
     api_names = strings.api_names(api["source"].to_numpy(), api["cbid"].to_numpy())
     long_ids, short_ids = strings.kernel_names(kernels["name"].to_numpy())
 
@@ -296,7 +307,22 @@ def read_nvprof(db: Database) -> Profile:
                                                               _context_devices(db))}),
         "osrt": empty_frame(schema.OSRT),
     }
-    out = {name: frame.sort_values("start", kind="stable").reset_index(drop=True) for name, frame in out.items()}
+    return {name: frame.sort_values("start", kind="stable").reset_index(drop=True) for name, frame in out.items()}
+
+
+def read_nvprof(db: Database) -> Profile:
+    """Every table dlagg uses, from the nvprof database `db`, as a `Profile` (see the module docstring)."""
+    db.again = RECORD_AGAIN
+    reader = _Reader(db)
+    read = _read(db, reader)
+    _from_session_start(read)
+    ranges = read.ranges
+    threads = _Threads([(read.api["pid"].to_numpy(), read.api["tid"].to_numpy()),
+                        (ranges["pid"].to_numpy(), ranges["tid"].to_numpy()),
+                        (ranges["end_pid"].to_numpy(), ranges["end_tid"].to_numpy())])
+    strings = _Strings(read.ids, read.values)
+    texts = strings.nvtx_names(ranges["name"].to_numpy())
+    out = _event_frames(db, read, strings, threads)
     nvtx = pd.DataFrame({
         "start": ranges["start"].to_numpy(),
         "end": ranges["end"].to_numpy(),
@@ -313,7 +339,7 @@ def read_nvprof(db: Database) -> Profile:
         source=db.path.name,
         nsys_version="",
         schema_version=f"nvprof database version {version}" if (version := _version(db)) is not None else "nvprof",
-        tables=physical,
+        tables=read.physical,
         system_env={},
         domains=strings.domains(ranges["domain"].to_numpy()),
         start=start,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..context import RankContext
 from ..expert import Finding, run_detectors
-from ..expert.base import iteration_list
+from ..expert.base import LEADING, iteration_list
 from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table
 from .ranks import job_findings
@@ -93,8 +93,10 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
                          + worst["evidence"].astype(str))
     job_found = findings_frame(job_findings(job)).assign(ranks="all")
     frame = pd.concat([worst.drop(columns=["_stake", "rank"]), job_found], ignore_index=True)
-    frame = frame.assign(_stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
-        "_stake", ascending=False, kind="stable").drop(columns="_stake")
+    # as each rank's: leading findings (a key node not found) first, then by time at stake
+    frame = frame.assign(_lead=~frame["detector"].isin(LEADING),
+                         _stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
+        ["_lead", "_stake"], ascending=[True, False], kind="stable").drop(columns=["_lead", "_stake"])
     statuses = pd.concat([r.table("detectors").frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)])
     detectors = statuses.groupby("detector", sort=False).apply(_status, include_groups=False).reset_index()
     detectors = pd.concat([detectors, pd.DataFrame({"detector": ["straggler", "communication"],

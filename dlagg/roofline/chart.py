@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -63,41 +64,61 @@ def _points(table: pd.DataFrame, label: str, levels: Iterable[str]) -> tuple[lis
     return points, drawable
 
 
-def chart_spec(table: pd.DataFrame, ceilings: Ceilings, *, label: str = "Kernel Name", title: str = "Roofline",
-               top: int = 8, levels: tuple[str, ...] = MEMORY_LEVELS) -> dict:
-    """A Vega-Lite spec of the hierarchical roofline of `table`'s rows (see the module docstring)."""
-    typical = ceilings.typical()
-    levels = tuple(level for level in levels if level in typical)
-    roofs = _roofs(table, typical)
-    points, drawable = _points(table, label, levels)
-    left_out = len(table) - len(drawable)
-    left_time = float(table["% of GPU Time"].fillna(0).sum() - drawable["% of GPU Time"].fillna(0).sum())
+@dataclass(frozen=True)
+class _Extent:
+    """The chart's axes: log scales wide enough for every dot, ceiling and ridge point."""
 
-    ais = [p["ai"] for p in points] or [1.0]
-    rates = [p["flops"] for p in points] or [typical.get(roofs[0], 1e12) if roofs else 1e12]
-    top_roof = max((typical[r] for r in roofs), default=max(rates))
-    ridges = [top_roof / typical[lv] for lv in levels] + [typical[r] / typical[lv] for r in roofs for lv in levels]
-    x_lo = 10 ** math.floor(math.log10(min(ais + ridges) / 3))
-    x_hi = 10 ** math.ceil(math.log10(max(ais + ridges) * 3))
-    y_lo = 10 ** math.floor(math.log10(min(rates) / 3))
-    y_hi = 10 ** math.ceil(math.log10(top_roof * 2))
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+    top_roof: float  # the highest compute roof (where the memory diagonals stop)
 
+    @classmethod
+    def of(cls, points: list[dict], typical: dict[str, float], roofs: list[str], levels: tuple[str, ...]) -> _Extent:
+        ais = [p["ai"] for p in points] or [1.0]
+        rates = [p["flops"] for p in points] or [typical.get(roofs[0], 1e12) if roofs else 1e12]
+        top_roof = max((typical[r] for r in roofs), default=max(rates))
+        ridges = [top_roof / typical[lv] for lv in levels] + [typical[r] / typical[lv] for r in roofs for lv in levels]
+        x_lo = 10 ** math.floor(math.log10(min(ais + ridges) / 3))
+        x_hi = 10 ** math.ceil(math.log10(max(ais + ridges) * 3))
+        return cls(x_lo, x_hi, 10 ** math.floor(math.log10(min(rates) / 3)), 10 ** math.ceil(math.log10(top_roof * 2)),
+                   top_roof)
+
+    def axes(self) -> tuple[dict, dict]:
+        x = {"field": "x", "type": "quantitative",
+             "scale": {"type": "log", "domain": [self.x_lo, self.x_hi], "clamp": True},
+             "axis": {"title": "Arithmetic intensity (FLOP/byte)", "format": "~g",
+                      "values": _decades(self.x_lo, self.x_hi)}}
+        y = {"field": "y", "type": "quantitative",
+             "scale": {"type": "log", "domain": [self.y_lo, self.y_hi], "clamp": True},
+             "axis": {"title": "Performance (FLOP/s)", "format": "~s", "values": _decades(self.y_lo, self.y_hi)}}
+        return x, y
+
+
+def _ceiling_lines(extent: _Extent, typical: dict[str, float], roofs: list[str],
+                   levels: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
+    """(line points, their labels): a diagonal per memory level, a flat roof per compute ceiling."""
     lines, texts = [], []
-    for level in levels:
+    for level in levels:  # a few memory levels
         bandwidth = typical[level]
-        start = max(x_lo, y_lo / bandwidth)
+        start = max(extent.x_lo, extent.y_lo / bandwidth)
         lines += [{"ceiling": level, "x": start, "y": bandwidth * start},
-                  {"ceiling": level, "x": top_roof / bandwidth, "y": top_roof}]
+                  {"ceiling": level, "x": extent.top_roof / bandwidth, "y": extent.top_roof}]
         texts.append({"text": f"{level} {_si(bandwidth, 'B/s')}", "x": start * 1.15, "y": bandwidth * start * 1.15,
                       "colour": LEVEL_COLOURS[level], "align": "left"})
-    fastest = typical[levels[-1]] if levels else top_roof / x_lo
-    for roof in roofs:
+    fastest = typical[levels[-1]] if levels else extent.top_roof / extent.x_lo
+    for roof in roofs:  # a few compute roofs
         peak = typical[roof]
-        lines += [{"ceiling": roof, "x": peak / fastest, "y": peak}, {"ceiling": roof, "x": x_hi, "y": peak}]
+        lines += [{"ceiling": roof, "x": peak / fastest, "y": peak}, {"ceiling": roof, "x": extent.x_hi, "y": peak}]
         unit = CEILINGS[roof].unit.removesuffix("/s")
-        texts.append({"text": f"{roof} {_si(peak, unit + '/s')}", "x": x_hi / 1.5, "y": peak * 1.08,
+        texts.append({"text": f"{roof} {_si(peak, unit + '/s')}", "x": extent.x_hi / 1.5, "y": peak * 1.08,
                       "colour": ROOF_COLOUR, "align": "right"})
+    return lines, texts
 
+
+def _numbers(drawable: pd.DataFrame, points: list[dict], label: str, top: int) -> tuple[list[dict], list[dict]]:
+    """(numbers drawn by the dots, the listing under the chart) of the `top` rows by GPU time."""
     ranked = drawable.sort_values("% of GPU Time", ascending=False, kind="stable").head(top)
     first_level: dict[str, dict] = {}
     for p in points:  # the leftmost level's dot carries the number
@@ -109,53 +130,64 @@ def chart_spec(table: pd.DataFrame, ceilings: Ceilings, *, label: str = "Kernel 
     legend = [{"rank": i, "text": f"{i}  {_short(str(row[label]), 90)}: {row['% of GPU Time']:.1f} % of GPU time"
                + (f", {row['Bound']}-bound at {row['% of Ceiling']:.0f} % of its ceiling" if row["Bound"] else "")}
               for i, row in numbered]
+    return labels, legend
 
-    x = {"field": "x", "type": "quantitative", "scale": {"type": "log", "domain": [x_lo, x_hi], "clamp": True},
-         "axis": {"title": "Arithmetic intensity (FLOP/byte)", "format": "~g", "values": _decades(x_lo, x_hi)}}
-    y = {"field": "y", "type": "quantitative", "scale": {"type": "log", "domain": [y_lo, y_hi], "clamp": True},
-         "axis": {"title": "Performance (FLOP/s)", "format": "~s", "values": _decades(y_lo, y_hi)}}
-    point_x = dict(x, field="ai")
-    point_y = dict(y, field="flops")
+
+def _layers(extent: _Extent, lines: list[dict], texts: list[dict], points: list[dict], labels: list[dict],
+            roofs: list[str], levels: tuple[str, ...]) -> list[dict]:
+    """The plot's layers: ceiling lines, their labels, the dots, the numbers."""
+    x, y = extent.axes()
+    line_colours = [LEVEL_COLOURS[lv] for lv in levels] + [ROOF_COLOUR] * len(roofs)
     colour_scale = {"domain": list(levels), "range": [LEVEL_COLOURS[lv] for lv in levels]}
+    return [
+        {"data": {"values": lines}, "mark": {"type": "line", "strokeWidth": 1.5, "clip": True},
+         "encoding": {"x": x, "y": y, "detail": {"field": "ceiling"},
+                      "color": {"field": "ceiling", "type": "nominal", "legend": None,
+                                "scale": {"domain": [*levels, *roofs], "range": line_colours}},
+                      "strokeDash": {"condition": {"test": f"indexof({list(levels)!r}, datum.ceiling) < 0",
+                                                   "value": [6, 3]}, "value": [1, 0]}}},
+        *({"data": {"values": [t for t in texts if t["align"] == align]},
+           "mark": {"type": "text", "align": align, "baseline": "bottom", "fontSize": 11, "clip": True},
+           "encoding": {"x": dict(x, field="x"), "y": dict(y, field="y"), "text": {"field": "text"},
+                        "color": {"field": "colour", "type": "nominal", "scale": None}}}
+          for align in ("left", "right")),
+        {"data": {"values": points},
+         "mark": {"type": "point", "filled": True, "opacity": 0.65, "stroke": "black", "strokeWidth": 0.3},
+         "encoding": {"x": dict(x, field="ai"), "y": dict(y, field="flops"),
+                      "color": {"field": "level", "type": "nominal", "scale": colour_scale,
+                                "legend": {"title": "Intensity at"}},
+                      "shape": {"field": "level", "type": "nominal", "scale": {"domain": list(levels)},
+                                "legend": None},
+                      "size": {"field": "share", "type": "quantitative", "scale": {"range": [12, 900]},
+                               "legend": {"title": "% of GPU time"}},
+                      "tooltip": [{"field": "name"}, {"field": "level"}, {"field": "bound", "title": "Bound"},
+                                  {"field": "pct", "title": "% of Ceiling"},
+                                  {"field": "share", "title": "% of GPU time", "format": ".1f"}]}},
+        {"data": {"values": labels},
+         "mark": {"type": "text", "align": "left", "dx": 7, "dy": -7, "fontSize": 12, "fontWeight": "bold"},
+         "encoding": {"x": dict(x, field="x"), "y": dict(y, field="y"), "text": {"field": "text"}}},
+    ]
+
+
+def chart_spec(table: pd.DataFrame, ceilings: Ceilings, *, label: str = "Kernel Name", title: str = "Roofline",
+               top: int = 8, levels: tuple[str, ...] = MEMORY_LEVELS) -> dict:
+    """A Vega-Lite spec of the hierarchical roofline of `table`'s rows (see the module docstring)."""
+    typical = ceilings.typical()
+    levels = tuple(level for level in levels if level in typical)
+    roofs = _roofs(table, typical)
+    points, drawable = _points(table, label, levels)
+    left_out = len(table) - len(drawable)
+    left_time = float(table["% of GPU Time"].fillna(0).sum() - drawable["% of GPU Time"].fillna(0).sum())
+    extent = _Extent.of(points, typical, roofs, levels)
+    lines, texts = _ceiling_lines(extent, typical, roofs, levels)
+    labels, legend = _numbers(drawable, points, label, top)
     sources = sorted({ceilings.sources.get(r, "").split(":")[0] for r in (*levels, *roofs)} - {""})
     subtitle = [f"One dot per {label.lower()} and memory level, sized by its share of GPU time; "
                 f"ceilings: {', '.join(sources) or 'none known'} (median over kernels)"]
     if left_out:
         subtitle.append(f"{left_out} row(s) without FLOPs not drawn ({left_time:.1f} % of GPU time)")
-    line_colours = [LEVEL_COLOURS[lv] for lv in levels] + [ROOF_COLOUR] * len(roofs)
-    plot = {
-        "width": WIDTH,
-        "height": HEIGHT,
-        "layer": [
-            {"data": {"values": lines}, "mark": {"type": "line", "strokeWidth": 1.5, "clip": True},
-             "encoding": {"x": x, "y": y, "detail": {"field": "ceiling"},
-                          "color": {"field": "ceiling", "type": "nominal", "legend": None,
-                                    "scale": {"domain": [*levels, *roofs], "range": line_colours}},
-                          "strokeDash": {"condition": {"test": f"indexof({list(levels)!r}, datum.ceiling) < 0",
-                                                       "value": [6, 3]}, "value": [1, 0]}}},
-            *({"data": {"values": [t for t in texts if t["align"] == align]},
-               "mark": {"type": "text", "align": align, "baseline": "bottom", "fontSize": 11, "clip": True},
-               "encoding": {"x": dict(x, field="x"), "y": dict(y, field="y"), "text": {"field": "text"},
-                            "color": {"field": "colour", "type": "nominal", "scale": None}}}
-              for align in ("left", "right")),
-            {"data": {"values": points},
-             "mark": {"type": "point", "filled": True, "opacity": 0.65, "stroke": "black", "strokeWidth": 0.3},
-             "encoding": {"x": point_x, "y": point_y,
-                          "color": {"field": "level", "type": "nominal", "scale": colour_scale,
-                                    "legend": {"title": "Intensity at"}},
-                          "shape": {"field": "level", "type": "nominal", "scale": {"domain": list(levels)},
-                                    "legend": None},
-                          "size": {"field": "share", "type": "quantitative", "scale": {"range": [12, 900]},
-                                   "legend": {"title": "% of GPU time"}},
-                          "tooltip": [{"field": "name"}, {"field": "level"}, {"field": "bound", "title": "Bound"},
-                                      {"field": "pct", "title": "% of Ceiling"},
-                                      {"field": "share", "title": "% of GPU time", "format": ".1f"}]}},
-            {"data": {"values": labels},
-             "mark": {"type": "text", "align": "left", "dx": 7, "dy": -7, "fontSize": 12, "fontWeight": "bold"},
-             "encoding": {"x": dict(x, field="x"), "y": dict(y, field="y"), "text": {"field": "text"}}},
-        ],
-        "resolve": {"scale": {"color": "independent", "size": "independent", "shape": "independent"}},
-    }
+    plot = {"width": WIDTH, "height": HEIGHT, "layer": _layers(extent, lines, texts, points, labels, roofs, levels),
+            "resolve": {"scale": {"color": "independent", "size": "independent", "shape": "independent"}}}
     listing = {"width": WIDTH, "height": 16 * max(len(legend), 1), "data": {"values": legend},
                "mark": {"type": "text", "align": "left", "fontSize": 11},
                "encoding": {"y": {"field": "rank", "type": "ordinal", "axis": None}, "x": {"value": 0},

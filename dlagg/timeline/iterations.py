@@ -17,6 +17,7 @@ the end of the GPU work launched in it when that is later (the host ran ahead of
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import replace
 
@@ -42,6 +43,9 @@ MIN_STEP_COVERAGE = 0.5
 # Names that are framework op markers (PyTorch emit_nvtx, DLProf/PyProf dict markers), never steps;
 # ranges with an autograd seq number are ops too (PyTorch < 1.5 names them without a namespace).
 OP_MARKER = r"^\{|, seq = |, op_id = |^aten::|^(?:torch::)?autograd::|Backward\d*$"
+# How alike a range name must be to a --key_node that matches nothing to be offered as what it meant
+# (difflib's ratio; 0.6 is its own default: 'trian_step' -> 'train_step' 0.9, 'step' -> 'train_step' 0.57).
+NEAR_RATIO = 0.6
 
 _RE2_SPECIAL = re.compile(r"([\\.^$|?+()\[\]{}])")
 
@@ -107,6 +111,26 @@ def candidates(profile: Profile, limit: int = 5) -> tuple[str, ...]:
         return ()
     counts = top["glob"].value_counts()
     return tuple(counts.index[:limit])
+
+
+def near_names(profile: Profile, key_node: str, limit: int = 3) -> tuple[str, ...]:
+    """The range names closest in spelling to `key_node`, closest first: what a mistyped --key_node meant.
+
+    Compared case-blind over the distinct names that are not framework op markers, decided once per
+    name; numbered names (``ProfilerStep#12``) are offered as their glob (``ProfilerStep#*``) when
+    several share it. Nothing close enough (difflib ratio under NEAR_RATIO): ().
+    """
+    ids = factorize_ids(profile.nvtx["text_id"].to_numpy())[0]
+    if not len(ids):
+        return ()
+    globs, markers = _name_facts(profile, ids)
+    names = profile.strings.decode(ids).astype(str).to_numpy(dtype=object)
+    frame = pd.DataFrame({"glob": globs[~markers], "name": names[~markers]})
+    shared = frame.groupby("glob")["name"].transform("size").to_numpy() > 1
+    shown = np.where(shared, frame["glob"].to_numpy(), frame["name"].to_numpy())
+    choices = {str(text).lower(): str(text) for text in dict.fromkeys(shown)}  # a few hundred names
+    close = difflib.get_close_matches(key_node.lower(), list(choices), n=limit, cutoff=NEAR_RATIO)
+    return tuple(choices[c] for c in close)
 
 
 def auto_key_node(profile: Profile) -> tuple[str, str]:
