@@ -9,8 +9,9 @@ Contract:
   names), never by display titles, so summary lines added or removed later simply appear or drop out.
 - ``Comparison.report`` is report ``compare``, an ordinary `Report` the writers render: its main
   table has one row per compared figure (Section, Name, Baseline, Current, Delta, Delta %, Note in
-  the CSV; the row's stable Key and Unit in JSON), then two tables for JSON/HTML only: the
-  verdict's figures and the two profiles.
+  the CSV; the row's stable Key and Unit in JSON), then three tables for JSON/HTML only: the
+  verdict's figures, the two profiles, and the iteration-time samples of both sides that the
+  verdict's interval is drawn from.
 - ``Comparison.verdict`` holds the per-iteration time before and after, their ratio with a 95 %
   bootstrap confidence interval from the per-iteration samples (the summary's ``iterations``
   table), the three op types whose GPU time changed most, the problems gone and new, and the
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -103,6 +104,12 @@ PROFILE_FIELDS = (
     Field("aggregated_iterations", "Aggregated Iterations", COUNT),
     Field("iteration_time_avg_ns", "Average Iteration Time (ns)", NS, digits=1),
 )
+SAMPLE_FIELDS = (
+    Field("side", "Side"),
+    Field("iteration", "Iteration"),
+    Field("ranks", "Ranks", COUNT),
+    Field("iteration_time_ns", "Iteration Time (ns)", NS, digits=1),
+)
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,7 @@ class Samples:
     sums: np.ndarray  # float64: the iteration's duration summed over the ranks that have it
     counts: np.ndarray  # float64: how many ranks have it
     mean: float  # mean over every (rank, iteration) row: the summary's Average Iteration Time
+    iterations: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # each cluster's number
 
     @classmethod
     def of(cls, side: Side) -> Samples:
@@ -162,7 +170,14 @@ class Samples:
         its, inverse = np.unique(aggregated["iteration"].to_numpy(), return_inverse=True)
         sums = np.bincount(inverse, weights=durations, minlength=len(its))
         counts = np.bincount(inverse, minlength=len(its)).astype(np.float64)
-        return cls(sums, counts, float(durations.mean()) if len(durations) else math.nan)
+        return cls(sums, counts, float(durations.mean()) if len(durations) else math.nan, its)
+
+    def rows(self, side: str) -> pd.DataFrame:
+        """The samples as rows of the compare report's ``iterations`` table (SAMPLE_FIELDS); an
+        iteration's time is the mean over its ranks, the value the bootstrap resamples."""
+        return pd.DataFrame({"side": side, "iteration": self.iterations, "ranks": self.counts.astype(np.int64),
+                             "iteration_time_ns": self.sums / self.counts if len(self.sums) else self.sums},
+                            columns=[f.key for f in SAMPLE_FIELDS])
 
 
 def bootstrap_ratio(baseline: Samples, current: Samples, *, resamples: int = RESAMPLES, seed: int = SEED,
@@ -624,6 +639,8 @@ def compare(baseline: Side, current: Side) -> Comparison:
         Table("compare", "Comparison", FIELDS, frame[[f.key for f in FIELDS]]),
         key_values("verdict", "Verdict", figures, csv=False),
         Table("profiles", "Profiles", PROFILE_FIELDS, profiles, csv=False),
+        Table("iterations", "Iteration Times", SAMPLE_FIELDS,
+              pd.concat([b.rows("baseline"), c.rows("current")], ignore_index=True), csv=False),
     ), warnings=tuple(warnings))
     return Comparison(report, judged)
 

@@ -1,7 +1,8 @@
 """The HTML page and TensorBoard's dashboards in a real browser: headless Chromium over DevTools.
 
 Checks that the page renders offline without a script error, that every chart drew, that its
-tables sort, filter and download the report file's rows; that TensorBoard's custom-scalars charts
+tables sort, filter and download the report file's rows, that the roofline and before/after charts
+show their figures on hover (and the roofline zooms); that TensorBoard's custom-scalars charts
 draw at most MAX_LINES lines each and its text tables never break a word letter by letter. The
 screenshots taken on the way are the ones docs/ and the README show: they are written to
 ``$DLAGG_SCREENSHOTS`` when set (``DLAGG_SCREENSHOTS=docs/screenshots python -m pytest
@@ -19,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from dlagg.options import Options
+from dlagg.options import Baseline, Options
 from dlagg.pipeline import run
 from dlagg.writers.tensorboard_writer import MAX_LINES
 
 from .browser import Browser, Page, chromium_path
-from .conftest import BUNDLED, RECORDINGS, ROOT, SHARED, recording
+from .conftest import BUNDLED, RECORDINGS, ROOT, SHARED, ncu_csv, recording
 from .test_tensorboard_server import tensorboard
 
 CHROMIUM = chromium_path()
@@ -42,6 +43,37 @@ SECTIONS_JS = """Array.from(document.querySelectorAll('section')).map(s => {
   return {id: s.id, x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height,
           charts: Number(s.dataset.charts), tablesTop: table ? table.getBoundingClientRect().top + scrollY : null};
 })"""
+# Where (in the viewport) a chart draws the first mark whose datum has `field`: the chart scrolled into
+# view, its Vega scenegraph walked (group offsets added up) to the mark's centre; and, while the mouse
+# moves, the item under it (window.dlagg.hovered: its datum, or null).
+MARK_JS = """(function (id, field) {
+  const view = window.dlagg.views[id];
+  function walk(mark, ox, oy) {
+    for (const item of mark.items || []) {
+      if (mark.marktype === 'group') {
+        for (const child of item.items || []) {
+          const found = walk(child, ox + (item.x || 0), oy + (item.y || 0));
+          if (found) return found;
+        }
+      } else if (item.datum && item.datum[field] !== undefined && item.datum[field] !== null && item.bounds) {
+        return {x: ox + (item.bounds.x1 + item.bounds.x2) / 2, y: oy + (item.bounds.y1 + item.bounds.y2) / 2};
+      }
+    }
+    return null;
+  }
+  document.getElementById(id).scrollIntoView({block: 'center'});
+  window.dlagg.hovered = null;
+  view.addEventListener('pointermove', function (event, item) {
+    window.dlagg.hovered = item && item.datum ? JSON.parse(JSON.stringify(item.datum)) : null;
+  });
+  const found = walk(view.scenegraph().root, 0, 0);
+  if (!found) return null;
+  const canvas = view.container().querySelector('canvas').getBoundingClientRect();
+  const origin = view.origin(), padding = view.padding();
+  return {x: canvas.left + padding.left + origin[0] + found.x, y: canvas.top + padding.top + origin[1] + found.y};
+})"""
+TOOLTIP_JS = """(() => { const t = document.getElementById('vg-tooltip-element');
+  return t && t.classList.contains('visible') ? t.textContent : ''; })()"""
 # Elements inside TensorBoard's web components (shadow roots), found from the document.
 DEEP_JS = """function deepAll(root, selector) {
   const found = Array.from(root.querySelectorAll(selector));
@@ -98,10 +130,44 @@ def amp_page(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def roofline_page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("html_roofline")
+    run(Options(nsys_database=recording("resnet_amp"), ncu_report=ncu_csv("resnet_amp"), reports=("all",),
+                formats=("html",), output_path=out, iter_start=ITER_START, suppress_tb_files=True, verbosity="quiet"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def compare_page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("html_compare")
+    run(Options(nsys_database=recording("resnet_amp"), baseline=Baseline(recording("resnet_fp32")), reports=("all",),
+                formats=("html",), output_path=out, iter_start=ITER_START, suppress_tb_files=True, verbosity="quiet"))
+    return out
+
+
 def open_page(page: Page, path: Path) -> dict:
     page.navigate(path.as_uri())
     page.wait_for("window.dlagg && window.dlagg.ready", timeout=RENDER_TIMEOUT_S)
     return page.evaluate("JSON.parse(JSON.stringify({errors: window.dlagg.errors, charts: window.dlagg.charts}))")
+
+
+def hover(page: Page, chart: str, field: str) -> tuple[dict, str]:
+    """Moves the mouse onto a mark of the chart whose datum has `field` (the first such mark, or one within
+    a few pixels of it, where marks are small): (the datum under the mouse, the tooltip's text)."""
+    at = page.evaluate(f"{MARK_JS}('{chart}', '{field}')")
+    assert at, (chart, field)
+    nearby = sorted(((dx, dy) for dx in range(-8, 9, 2) for dy in range(-8, 9, 2)), key=lambda d: abs(d[0]) + abs(d[1]))
+    for dx, dy in nearby:  # a few dozen positions at most
+        page.call("Input.dispatchMouseEvent", type="mouseMoved", x=at["x"] + dx, y=at["y"] + dy)
+        datum = page.evaluate("window.dlagg.hovered")
+        if datum and datum.get(field) is not None:
+            return datum, str(page.wait_for(TOOLTIP_JS, timeout=10))
+    raise AssertionError(f"no mark with {field} under the mouse near {at} in {chart}")
+
+
+def section_charts(page: Page, section: str) -> list[str]:
+    return page.evaluate(f"Array.from(document.querySelectorAll('#{section} [data-chart]')).map(c => c.id)")
 
 
 def shoot(page: Page, path: Path, clip: dict | None = None) -> None:
@@ -193,6 +259,71 @@ def test_html_page_of_every_bundled_recording(browser: Browser, tmp_path: Path) 
             status = open_page(page, tmp_path / name / "dlagg_report.html")
             assert status["errors"] == [] and page.errors() == [], name
             assert status["charts"] and set(status["charts"].values()) == {"rendered"}, name
+    finally:
+        page.close()
+
+
+def test_html_roofline_draws_the_report_picture_with_figures_on_hover_and_zoom(browser: Browser, roofline_page: Path,
+                                                                              shots: Path) -> None:
+    page = browser.page()
+    try:
+        status = open_page(page, roofline_page / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert set(status["charts"].values()) == {"rendered"}
+        kernels, op_types, bars = section_charts(page, "roofline")
+        for chart in (kernels, op_types):
+            datum, tip = hover(page, chart, "ai")  # a dot: its name, intensity and FLOP/s
+            assert datum["name"] in tip and "arithmetic intensity (FLOP/byte)" in tip and "achieved FLOP/s" in tip
+            view = f"window.dlagg.views['{chart}']"
+            assert page.evaluate(f"{view}.signal('roofline_zoom_ai') || null") is None
+            page.call("Input.dispatchMouseEvent", type="mouseWheel", x=700, y=400, deltaX=0, deltaY=-400)
+            page.wait_for(f"{view}.signal('roofline_zoom_ai')", timeout=10)  # the wheel zoomed in
+        datum, tip = hover(page, bars, "pct")
+        assert datum["name"] in tip and "% of ceiling" in tip
+        page.navigate((roofline_page / "dlagg_report.html").as_uri())  # the screenshot unzoomed
+        page.wait_for("window.dlagg && window.dlagg.ready", timeout=RENDER_TIMEOUT_S)
+        assert [u for u in page.requests() if not u.startswith(("file:", "data:", "blob:"))] == []
+        assert shoot_sections(page, shots, "html", only={"roofline"}) == ["roofline"]
+    finally:
+        page.close()
+
+
+def test_html_before_and_after(browser: Browser, compare_page: Path, shots: Path) -> None:
+    page = browser.page()
+    try:
+        status = open_page(page, compare_page / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert set(status["charts"].values()) == {"rendered"}
+        samples, changes = section_charts(page, "compare")
+        datum, tip = hover(page, samples, "it")  # an iteration's dot
+        assert tip.startswith(f"side{datum['side']}iteration{datum['it']}") and "iteration time (ms)" in tip
+        datum, tip = hover(page, samples, "lo")  # the ratio's interval
+        assert f"CI low{datum['lo']:.4f}" in tip and "verdictslower" in tip
+        datum, tip = hover(page, changes, "before")  # an op type's change
+        assert tip.startswith(f"op type{datum['name']}") and "change (ms)" in tip
+        assert page.evaluate("document.querySelector('#compare .verdict-head').textContent") == "Slower"
+        assert [u for u in page.requests() if not u.startswith(("file:", "data:", "blob:"))] == []
+        page.evaluate("window.scrollTo(0, 0)")
+        assert shoot_sections(page, shots, "html", only={"compare"}) == ["compare"]
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("current, baseline, window", [
+    ("resnet_amp", "resnet_fp32", (2, 3)),  # two iterations a side: a ratio without an interval
+    ("cuda_basic", "no_emit_nvtx", (None, None)),  # different programs: only more GPU time, no op on one side
+])
+def test_html_before_and_after_of_other_profiles(browser: Browser, tmp_path: Path, current: str, baseline: str,
+                                                 window: tuple[int | None, int | None]) -> None:
+    run(Options(nsys_database=recording(current), baseline=Baseline(recording(baseline)), reports=("compare",),
+                formats=("html",), output_path=tmp_path, iter_start=window[0], iter_stop=window[1],
+                suppress_tb_files=True, verbosity="quiet"))
+    page = browser.page()
+    try:
+        status = open_page(page, tmp_path / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert set(status["charts"].values()) == {"rendered"}
+        assert len(section_charts(page, "compare")) == 2
     finally:
         page.close()
 

@@ -1,6 +1,6 @@
 """The HTML page without a browser: what files --formats writes, that the page fetches nothing, that
-every table it holds is the report file's rows, and the section registry (tests/test_browser.py
-renders it)."""
+every table it holds is the report file's rows, the section registry, and the roofline (--ncu_report)
+and before/after (--baseline) sections (tests/test_browser.py renders it)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ import pytest
 
 from dlagg.cli import main
 from dlagg.errors import OptionsError
-from dlagg.options import Options
+from dlagg.options import Baseline, Options
 from dlagg.pipeline import run
 from dlagg.reports import Report, Table
 from dlagg.reports.figures import NS, Field
 from dlagg.writers import WRITERS, RunInfo
-from dlagg.writers.html_page import SECTIONS, Page, html_section, render_sections
+from dlagg.writers.html_page import SECTIONS, Page, escape, html_section, render_sections
 from dlagg.writers.html_writer import page_pieces, vega_bundle
 
-from .conftest import SHARED, recording
+from .conftest import SHARED, ncu_csv, recording
 
 ITER_START = 2
 MAX_PAGE_BYTES = 3_000_000  # "a few MB at most"; this 15-step profile with every report is 1.7 MB
@@ -215,3 +215,262 @@ def test_page_data_is_json_a_browser_parses() -> None:
     assert "</" not in text and "&" not in text  # cannot end the <script> element that holds it
     assert json.loads(text)["charts"]["chart-1"]["data"]["values"] == [{"x": None, "y": None, "z": 1.5,
                                                                         "t": "</script>&"}]
+
+
+# --- the roofline and before/after sections ---------------------------------------------------------
+
+LEVELS = ("DRAM", "L2", "L1")
+
+
+def run_page(folder: Path, **options: object) -> Path:
+    run(Options(reports=("all",), formats=("csv", "json", "html"), output_path=folder, iter_start=ITER_START,
+                suppress_tb_files=True, verbosity="quiet", **options))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def roofline_out(tmp_path_factory) -> Path:
+    return run_page(tmp_path_factory.mktemp("html_roofline"), nsys_database=recording("resnet_amp"),
+                    ncu_report=ncu_csv("resnet_amp"))
+
+
+@pytest.fixture(scope="module")
+def compare_out(tmp_path_factory) -> Path:
+    return run_page(tmp_path_factory.mktemp("html_compare"), nsys_database=recording("resnet_amp"),
+                    baseline=Baseline(recording("resnet_fp32")))
+
+
+@pytest.fixture(scope="module")
+def baseline_alone(tmp_path_factory) -> Path:
+    """The baseline profile's own reports, from a run of its own."""
+    folder = tmp_path_factory.mktemp("html_baseline")
+    run(Options(nsys_database=recording("resnet_fp32"), reports=("summary", "op_type"), formats=("json",),
+                output_path=folder, iter_start=ITER_START, suppress_tb_files=True, verbosity="quiet"))
+    return folder
+
+
+def section_of(text: str, anchor: str) -> str:
+    found = re.search(rf'<section id="{anchor}" data-charts="\d+">(.*?)</section>', text, re.S)
+    assert found, anchor
+    return found.group(1)
+
+
+def charts_of(text: str, anchor: str) -> list[dict]:
+    data = page_data(text)
+    return [data["charts"][c] for c in re.findall(r'data-chart="([^"]+)"', section_of(text, anchor))]
+
+
+def tables_of(text: str, anchor: str) -> list[dict]:
+    data = page_data(text)
+    return [data["tables"][t] for t in re.findall(r'data-table="([^"]+)"', section_of(text, anchor))]
+
+
+def card(text: str, label: str) -> str:
+    found = re.search(rf'<div class="label">{re.escape(label)}</div><div class="value">([^<]*)</div>', text)
+    assert found, label
+    return found.group(1)
+
+
+def json_table(out: Path, suffix: str, key: str) -> dict:
+    doc = json.loads((out / f"dlagg_{suffix}.json").read_text())
+    (table,) = [t for t in doc["tables"] if t["key"] == key]
+    return table
+
+
+def json_rows(out: Path, suffix: str, key: str) -> list[dict]:
+    table = json_table(out, suffix, key)
+    keys = [f["key"] for f in table["fields"]]
+    return [dict(zip(keys, row, strict=True)) for row in table["rows"]]
+
+
+def assert_cell(cell: str, value: object, field: dict) -> None:
+    """One cell of an embedded table against the JSON file's exact value, as the CSV writer formats it."""
+    if value is None:
+        assert cell == "", field["key"]
+    elif isinstance(value, bool):
+        assert cell == ("yes" if value else "no"), field["key"]
+    elif field["type"] == "integer":
+        assert int(cell) == value, field["key"]
+    elif isinstance(value, (int, float)):
+        assert float(cell) == pytest.approx(round(value, field["digits"] or 0) if field["digits"] is not None
+                                            else value, rel=1e-12), field["key"]
+    else:
+        assert cell == value, field["key"]
+
+
+def assert_report_rows(out: Path, spec: dict, suffix: str) -> str:
+    """An embedded table is its report file's rows: the CSV file's section for a table the CSV has, else
+    the JSON file's rows formatted as the CSV would. Returns the table's key."""
+    key = spec["download"].removeprefix(f"dlagg_{suffix}_").removesuffix(".csv")
+    table = json_table(out, suffix, key)
+    if table["csv"]:
+        assert spec["csv"] == csv_sections(out / f"dlagg_{suffix}.csv")[table["title"]], key
+        return key
+    shown = [(k, f) for k, f in enumerate(table["fields"]) if f["csv"]]
+    cells = list(csv.reader(io.StringIO(spec["csv"])))
+    if table["key_value"]:
+        assert [c[0] for c in cells] == [f["title"] for _, f in shown]
+        rows = [[c[1] for c in cells]]
+    else:
+        assert cells[0] == [f["title"] for _, f in shown]
+        rows = cells[1:]
+    assert len(rows) == len(table["rows"]) == spec["rows"] == spec["total"], key
+    for row, values in zip(rows, table["rows"], strict=True):
+        for cell, (k, f) in zip(row, shown, strict=True):
+            assert_cell(cell, values[k], f)
+    return key
+
+
+def assert_offline(text: str) -> None:
+    assert not re.search(r"https?://", text.replace(vega_bundle(), ""))  # e.g. a Vega-Lite spec's $schema
+
+
+def test_roofline_section_draws_the_reports_pictures_interactive(roofline_out: Path) -> None:
+    text = page_text(roofline_out)
+    assert_offline(text)
+    anchors = re.findall(r'<section id="([^"]+)"', text)
+    assert anchors.index("kernels") + 1 == anchors.index("roofline") == anchors.index("launches") - 1
+    kernels, op_types, bars = charts_of(text, "roofline")
+    ceilings = {r["ceiling"]: r["median_per_s"] for r in json_rows(roofline_out, "roofline", "ceilings")}
+    for chart, key, label in ((kernels, "kernels", "kernel_name"), (op_types, "op_types", "op_type")):
+        assert "$schema" not in chart
+        plot = chart["vconcat"][0]
+        (dots,) = [layer for layer in plot["layer"] if layer["mark"]["type"] == "point"]
+        # Pan and zoom on both axes; a dot's figures in its tooltip; nothing drawn outside the plot when zoomed.
+        (zoom,) = dots["params"]
+        assert zoom["bind"] == "scales" and zoom["select"] == {"type": "interval", "encodings": ["x", "y"]}
+        assert {"name", "level", "ai", "flops", "bound", "pct", "share"} <= \
+               {t["field"] for t in dots["encoding"]["tooltip"]}
+        assert all(layer["mark"]["clip"] for layer in plot["layer"])
+        # One dot per row and memory level with FLOPs and bytes there: the report file's figures.
+        rows = json_rows(roofline_out, "roofline", key)
+        expected = sorted((r[label], level, r[f"ai_{level.lower()}_flop_per_byte"], r["achieved_flop_per_s"])
+                          for r in rows for level in LEVELS
+                          if (r["achieved_flop_per_s"] or 0) > 0 and (r[f"ai_{level.lower()}_flop_per_byte"] or 0) > 0)
+        got = sorted((d["name"], d["level"], d["ai"], d["flops"]) for d in dots["data"]["values"])
+        assert len(got) == len(expected) > 3 * 10 and got == expected
+        # The compute roofs are drawn at the ceilings table's medians.
+        lines = next(layer for layer in plot["layer"] if layer["mark"]["type"] == "line")["data"]["values"]
+        roofs = {line["ceiling"]: line["y"] for line in lines if line["ceiling"] not in LEVELS}
+        assert "Tensor FP16" in roofs and all(y == ceilings[name] for name, y in roofs.items())
+    by_type = json_rows(roofline_out, "roofline", "op_types")
+    values = {r["name"]: r for r in bars["data"]["values"]}
+    assert set(values) == {r["op_type"] for r in by_type}  # 17 op types: all drawn
+    for row in by_type:
+        assert values[row["op_type"]]["pct"] == pytest.approx(row["pct_of_ceiling"], abs=0.006)
+        assert values[row["op_type"]]["share"] == pytest.approx(row["gpu_time_pct"], abs=0.006)
+
+
+def test_roofline_cards_and_tables_are_the_reports_figures(roofline_out: Path) -> None:
+    text = page_text(roofline_out)
+    part = section_of(text, "roofline")
+    step = json_rows(roofline_out, "roofline", "step")[0]
+    assert card(part, "Kernels profiled") == f"{step['kernels']:,}" == "268"
+    assert card(part, "Achieved over the kernel time") == f"{step['achieved_flop_per_s'] / 1e12:,.1f} TFLOP/s"
+    mfu = csv_sections(roofline_out / "dlagg_summary.csv")["Summary Report"]
+    assert f'"Model FLOPs Utilization % (measured)",{card(part, "Model FLOPs utilization").removesuffix(" %")}\n' \
+           in mfu
+    shares: dict[str, float] = {}
+    for row in json_rows(roofline_out, "roofline", "kernels"):
+        shares[row["bound"] or ""] = shares.get(row["bound"] or "", 0.0) + (row["gpu_time_pct"] or 0.0)
+    assert card(part, "Most GPU time bound by") == max(shares, key=shares.get) == "DRAM"
+    keys = [assert_report_rows(roofline_out, spec, "roofline") for spec in tables_of(text, "roofline")]
+    assert keys == ["kernels", "op_types", "ceilings", "step", "tc_disagreements"]  # the kernel table first
+
+
+def test_roofline_of_an_ncu_report_alone_has_no_op_type_view(tmp_path: Path) -> None:
+    run(Options(ncu_report=ncu_csv("resnet_amp"), reports=("all",), formats=("html",), output_path=tmp_path,
+                verbosity="quiet"))
+    text = page_text(tmp_path)
+    assert re.findall(r'<section id="([^"]+)"', text) == ["run", "roofline"]
+    assert len(charts_of(text, "roofline")) == 1 and "No op-type view" in section_of(text, "roofline")
+
+
+def test_findings_link_to_the_roofline(tmp_path: Path) -> None:
+    """resnet_fp32 runs its convolutions in FP32: the mixed-precision finding links to the op types and the
+    roofline, where the FP32 roof and the unused Tensor FP16 roof show the headroom."""
+    run(Options(nsys_database=recording("resnet_fp32"), ncu_report=ncu_csv("resnet_fp32"),
+                reports=("expert_systems", "roofline"), formats=("html",), output_path=tmp_path, verbosity="quiet"))
+    text = page_text(tmp_path)
+    found = re.search(r'<div class="finding" id="finding-\d+" data-detector="amp">(.*?)</details>', text, re.S)
+    assert found
+    assert re.findall(r'class="see" href="#([^"]+)"', found.group(1)) == ["op-types", "roofline"]
+
+
+def test_compare_section_shows_the_verdict_and_both_sides_iteration_times(compare_out: Path,
+                                                                          baseline_alone: Path) -> None:
+    text = page_text(compare_out)
+    assert_offline(text)
+    anchors = re.findall(r'<section id="([^"]+)"', text)
+    assert anchors[:4] == ["run", "summary", "compare", "findings"]  # the answer to "did my change help?" first
+    part = section_of(text, "compare")
+    verdict = json_rows(compare_out, "compare", "verdict")[0]
+    assert f"<p>{escape(verdict['text'])}</p>" in part and 'class="verdict slower"' in part
+    assert card(part, "Ratio (current / baseline)") == f"{verdict['ratio']:.3f}"
+    samples, changes = charts_of(text, "compare")
+    times, ratio = samples["hconcat"]
+    # Every aggregated iteration of each profile, as the profile's own summary has it.
+    dots = next(layer for layer in times["layer"] if layer["mark"]["type"] == "circle")["data"]["values"]
+    for side, folder in (("baseline", baseline_alone), ("current", compare_out)):
+        own = [r for r in json_rows(folder, "summary", "iterations") if r["aggregated"]]
+        assert len(own) == 13
+        assert sorted((d["it"], d["ms"]) for d in dots if d["side"].startswith(f"{side}: ")) == \
+               [(r["iteration"], round(r["duration_ns"] / 1e6, 4)) for r in own]
+    mean = next(layer for layer in times["layer"] if layer["mark"]["type"] == "tick")["data"]["values"]
+    assert [m["ms"] for m in mean] == [round(verdict[f"{s}_iteration_time_ns"] / 1e6, 4)
+                                       for s in ("baseline", "current")]
+    (point,) = next(layer for layer in ratio["layer"] if layer["mark"]["type"] == "point")["data"]["values"]
+    assert (point["x"], point["lo"], point["hi"]) == tuple(round(verdict[k], 6) for k in
+                                                           ("ratio", "ratio_ci_low", "ratio_ci_high"))
+    assert point["lo"] > 1  # significant: the interval excludes no change
+    # Op types: the change of GPU time per iteration, from each profile's own op_type report.
+    per_iteration = {}
+    for side, folder in (("baseline", baseline_alone), ("current", compare_out)):
+        its = json_rows(folder, "summary", "iterations_summary")[0]["aggregated_iterations"]
+        per_iteration[side] = {r["op_type"]: r["gpu_time_total_ns"] / its for r in json_rows(folder, "op_type",
+                                                                                              "op_types")}
+    bars = changes["data"]["values"]
+    names = set(per_iteration["baseline"]) | set(per_iteration["current"])
+    expected = {n: (per_iteration["current"].get(n, 0.0) - per_iteration["baseline"].get(n, 0.0)) / 1e6 for n in names}
+    assert {b["name"] for b in bars} == {n for n, d in expected.items() if d != 0}
+    for bar in bars:
+        assert bar["delta"] == pytest.approx(expected[bar["name"]], abs=1e-4)
+        assert bar["change"] == ("more GPU time" if bar["delta"] > 0 else "less GPU time")
+    assert min(bars, key=lambda b: b["delta"])["name"] == "conv2d"
+
+
+def test_compare_section_findings_gone_and_new_link_to_the_findings(compare_out: Path) -> None:
+    text = page_text(compare_out)
+    part = section_of(text, "compare")
+    verdict = json_rows(compare_out, "compare", "verdict")[0]
+    gone, new = verdict["problems_gone"].split(", "), verdict["problems_new"].split(", ")
+    assert gone == ["amp", "host_sync"] and new == ["underutilized_gpu", "launch_bound"]
+    labels = {r["key"].removeprefix("finding:"): r["name"] for r in json_rows(compare_out, "compare", "compare")
+              if r["key"].startswith("finding:")}
+    for kind, detectors in (("gone", gone), ("new", new)):
+        listed = re.search(rf'<div class="changes-{kind}"><h3>[^<]*</h3><ul>(.*?)</ul>', part).group(1)
+        assert re.findall(r"<li><b>([^<]*)</b>", listed) == [escape(labels[d]) for d in detectors]
+    findings = dict(re.findall(r'<div class="finding" id="(finding-\d+)" data-detector="([^"]+)">', text))
+    linked = re.findall(r'<a href="#(finding-\d+)">see the finding</a>', part)
+    assert [findings[a] for a in linked] == new  # each new problem links to its finding on this page
+    for anchor, detector in findings.items():
+        block = re.search(rf'id="{anchor}".*?</details>', text, re.S).group(0)
+        assert ('href="#compare">new since the baseline' in block) == (detector in new)
+    keys = [assert_report_rows(compare_out, spec, "compare") for spec in tables_of(text, "compare")]
+    assert keys == ["compare", "verdict", "profiles", "iterations"]  # the compare table first
+
+
+def test_compare_section_with_too_few_iterations_draws_the_ratio_without_an_interval(tmp_path: Path) -> None:
+    run(Options(nsys_database=recording("resnet_amp"), baseline=Baseline(recording("resnet_fp32")),
+                reports=("compare",), formats=("json", "html"), output_path=tmp_path, iter_start=2, iter_stop=3,
+                suppress_tb_files=True, verbosity="quiet"))
+    text = page_text(tmp_path)
+    verdict = json_rows(tmp_path, "compare", "verdict")[0]
+    assert verdict["ratio_ci_low"] is None and verdict["change"] == "no significant change"
+    part = section_of(text, "compare")
+    assert 'class="verdict same"' in part and "no confidence interval: too few iterations on a side" in part
+    ratio = charts_of(text, "compare")[0]["hconcat"][1]
+    (point,) = next(layer for layer in ratio["layer"] if layer["mark"]["type"] == "point")["data"]["values"]
+    assert point["x"] == round(verdict["ratio"], 6) and point["lo"] is None and point["hi"] is None
+    interval = next(layer for layer in ratio["layer"] if layer["mark"]["type"] == "rule" and "x2" in layer["encoding"])
+    assert interval["data"]["values"] == []  # no interval drawn

@@ -5,12 +5,12 @@ Contract (what a report's HTML section is, for reports added later):
 
     from dlagg.writers.html_page import Page, html_section
 
-    @html_section("roofline")                       # in a module of dlagg/writers/ (imported with the package)
-    def roofline(report: Report, page: Page) -> None:
-        part = page.section("roofline", "Roofline")  # anchor, title; appears in the page's menu
-        part.text("One dot per kernel ...")
-        part.chart(spec)                             # a Vega-Lite spec, data inline (no URL)
-        part.table(report.main, report)              # sortable, filterable, with its CSV download
+    @html_section("memory")                       # in a module of dlagg/writers/ (imported with the package)
+    def memory(report: Report, page: Page) -> None:
+        part = page.section("memory", "Memory")    # anchor, title; appears in the page's menu
+        part.text("Device memory in use ...")
+        part.chart(spec)                           # a Vega-Lite spec, data inline (no URL, no $schema)
+        part.table(report.main, report)            # sortable, filterable, with its CSV download
 
 A report without a registered section gets `generic_section`: each of its tables, sortable. A
 section function may read the run's other reports (``page.reports``) and may add several sections

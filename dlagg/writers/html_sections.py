@@ -2,7 +2,9 @@
 
 Each function below is registered for one report with ``html_page.html_section`` and reads only
 report figures. The summary report gives three sections (summary, iterations, timeline); the
-expert findings link each finding to the section that shows its evidence (DETECTOR_SECTIONS).
+expert findings link each finding to the sections that show its evidence (DETECTOR_SECTIONS), and
+to the before/after comparison when the problem is new since the baseline or was there too. The
+roofline and compare reports' sections are in html_roofline.py and html_compare.py.
 Charts are Vega-Lite specs with their data inline; the tooltips carry the numbers, the tables
 under the charts every row. Derived display values (ms from ns, a share of a whole) are computed
 here from the figures; nothing is estimated.
@@ -23,8 +25,8 @@ from .html_page import Card, Page, escape, html_section
 
 NS_PER_MS = 1e6
 # Section places on the page (sections of reports without one follow, in registry order).
-ORDER = {"run": 0, "summary": 10, "findings": 20, "iterations": 30, "timeline": 40, "ranks": 50,
-         "collectives": 55, "op-types": 60, "kernels": 70, "launches": 80}
+ORDER = {"run": 0, "summary": 10, "compare": 15, "findings": 20, "iterations": 30, "timeline": 40, "ranks": 50,
+         "collectives": 55, "op-types": 60, "kernels": 70, "roofline": 75, "launches": 80}
 
 CLASS_TITLES = {
     "tc_kernel": "Tensor Core kernels",
@@ -44,21 +46,23 @@ CLASS_COLOURS = {
     "cpu": "#e15759",
     "other": "#c7c7c7",
 }
-# Where each expert-systems detector's evidence is drawn.
+# Where each expert-systems detector's evidence is drawn (the sections on the page are linked): the
+# roofline shows how far the dominant kernels and the op types without Tensor Cores are from their ceilings.
 DETECTOR_SECTIONS = {
-    "key_node": "iterations",
-    "iteration_variation": "iterations",
-    "underutilized_gpu": "iterations",
-    "input_pipeline": "iterations",
-    "launch_bound": "timeline",
-    "host_sync": "timeline",
-    "pageable_copies": "timeline",
-    "exposed_copies": "timeline",
-    "amp": "op-types",
-    "dominant_kernels": "kernels",
-    "straggler": "ranks",
-    "communication": "ranks",
+    "key_node": ("iterations",),
+    "iteration_variation": ("iterations",),
+    "underutilized_gpu": ("iterations",),
+    "input_pipeline": ("iterations",),
+    "launch_bound": ("timeline",),
+    "host_sync": ("timeline",),
+    "pageable_copies": ("timeline",),
+    "exposed_copies": ("timeline",),
+    "amp": ("op-types", "roofline"),
+    "dominant_kernels": ("kernels", "roofline"),
+    "straggler": ("ranks",),
+    "communication": ("ranks",),
 }
+COMPARE_ANCHOR = "compare"
 SEVERITY_COLOURS = {"high": "#d62728", "medium": "#ff9800", "low": "#9e9e9e"}
 # Op types and kernels drawn as bars (all are in the tables under the charts).
 TOP_OP_TYPES = 25
@@ -582,17 +586,42 @@ def expert_section(report: Report, page: Page) -> None:
                       "scale": {"domain": list(SEVERITY_COLOURS), "range": list(SEVERITY_COLOURS.values())}},
             "tooltip": [{"field": "problem"}, {"field": "ms", "title": "ms per iteration", "format": ".3f"},
                         {"field": "severity"}]}), "time at stake per typical iteration")
+        since = baseline_states(page)
         for k, row in enumerate(frame.itertuples(index=False)):  # one per finding
-            part.html(finding_html(k, row, stake[k], typical, page))
+            part.html(finding_html(k, row, stake[k], typical, page, since.get(str(row.detector), "")))
     part.table(findings, report)
     part.table(detectors, report)
 
 
-def finding_html(k: int, row: object, stake: float, typical: float, page: Page) -> str:
+def found_in(value: object) -> bool:
+    """A compare Findings row's Baseline or Current cell: the problem was found there (None: could not run)."""
+    return isinstance(value, (bool, np.bool_)) and bool(value)
+
+
+def baseline_states(page: Page) -> dict[str, str]:
+    """Detector -> how its finding stands against the baseline, from the compare report (empty without
+    one): new since the baseline, or found in the baseline too."""
+    compare = page.report("compare")
+    if compare is None or not page.has_section(COMPARE_ANCHOR):
+        return {}
+    verdict = next((t for t in compare.tables if t.key == "verdict"), None)
+    new = str(verdict.values.get("problems_new") or "") if verdict is not None else ""
+    states = {}
+    rows = compare.main.frame
+    found = rows[rows["key"].astype(str).str.startswith("finding:").to_numpy()]
+    for key, before, after in zip(found["key"], found["baseline"], found["current"], strict=True):  # a dozen
+        if found_in(before) and found_in(after):
+            states[str(key).removeprefix("finding:")] = "found in the baseline too"
+    states.update({d: "new since the baseline" for d in (p.strip() for p in new.split(",")) if d})
+    return states
+
+
+def finding_html(k: int, row: object, stake: float, typical: float, page: Page, since: str = "") -> str:
     detector = str(row.detector)
-    target = DETECTOR_SECTIONS.get(detector)
-    link = (f' <a class="see" href="#{target}">see {escape(target.replace("-", " "))}</a>'
-            if target and page.has_section(target) else "")
+    targets = [t for t in DETECTOR_SECTIONS.get(detector, ()) if page.has_section(t)]
+    link = "".join(f' <a class="see" href="#{t}">see {escape(t.replace("-", " "))}</a>' for t in targets)
+    if since:
+        link += f' <a class="see" href="#{COMPARE_ANCHOR}">{escape(since)}: see before and after</a>'
     at_stake = ("time at stake not estimated" if not math.isfinite(stake) else
                 f"{duration(stake)} per iteration" + (f" ({100 * stake / typical:.0f} % of the mean iteration)"
                                                      if math.isfinite(typical) and typical > 0 else ""))

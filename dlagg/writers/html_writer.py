@@ -3,8 +3,10 @@
 Contract: ``write(reports, out_dir, info)`` gets the requested reports and the ones in ``needs``
 (summary, kernel, op_type, tensor, expert_systems; ranks and collectives when there are several
 ranks) and writes one page showing each: a section per report (``html_page.SECTIONS``; any other
-report gets a generic section of sortable tables), in a fixed order (run, summary, findings,
-iterations, timeline, ranks, op types, kernels, then the rest).
+report gets a generic section of sortable tables), in a fixed order (run, summary, before/after,
+findings, iterations, timeline, ranks, op types, kernels, roofline, then the rest). The roofline
+report is shown when it was asked for (``--ncu_report`` with ``--reports=all`` or ``roofline``), the
+compare report with ``--baseline``.
 
 Self-contained and offline: the page's style, its script, the charts' data and the Vega,
 Vega-Lite and vega-embed libraries (``vl_convert.javascript_bundle()``) are inside it; it fetches

@@ -1,7 +1,8 @@
 // dlagg's HTML page: draws the Vega-Lite charts (vega-embed, inlined above) and turns each
 // embedded CSV table into a sortable, filterable table with a download of exactly that CSV text.
 // Status for people and tests: window.dlagg.charts[id] is "rendered" or "error: ...",
-// window.dlagg.errors lists script errors, window.dlagg.ready is true once every chart settled.
+// window.dlagg.errors lists script errors, window.dlagg.ready is true once every chart settled,
+// window.dlagg.views[id] is a drawn chart's Vega view (its data, scales and signals).
 (function () {
   "use strict";
   const PAGE_ROWS = 300; // rows shown at first; "show all" shows the rest
@@ -157,8 +158,9 @@
     const id = box.dataset.chart;
     status.charts[id] = "pending";
     const options = {actions: {export: true, source: false, compiled: false, editor: false}, renderer: "canvas"};
-    pending.push(window.vegaEmbed(box, data.charts[id], options).then(function () {
+    pending.push(window.vegaEmbed(box, data.charts[id], options).then(function (result) {
       status.charts[id] = "rendered";
+      status.views[id] = result.view;
       box.dataset.rendered = "true";
     }, function (error) {
       status.charts[id] = "error: " + error;
