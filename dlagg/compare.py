@@ -50,7 +50,6 @@ APPEARED, DISAPPEARED = "appeared", "disappeared"
 # or disappeared is shown too.
 TOP_KERNELS = 20
 CONTRIBUTORS = 3  # op types named in the verdict
-NAME_CHARS = 200  # a long kernel name shown in the Name column is cut here (the Key keeps it whole)
 
 # Statistics (docs/compare.md). The seed is fixed so the same two profiles always give the same
 # interval. With 10,000 resamples the interval's ends move by a standard deviation of about 0.001
@@ -400,36 +399,14 @@ def op_type_rows(baseline: Side, current: Side) -> pd.DataFrame:
 
 def kernel_rows(baseline: Side, current: Side) -> pd.DataFrame:
     """Every kernel that appeared or disappeared, and the TOP_KERNELS others with the largest change.
-    A kernel is its long (demangled) name, shown by its short name when that is unambiguous."""
-    identity = _kernel_identity(baseline, current)
-    b = per_iteration(baseline, "kernel", "kernels", identity, "gpu_time_total_ns")
-    c = per_iteration(current, "kernel", "kernels", identity, "gpu_time_total_ns")
-    rows = _keyed(KERNELS, "kernel", b, c, _kernel_names(baseline, current, identity),
-                  "All kernels except memory operations: GPU Time per Iteration (ns)")
+    A kernel is its short name, as in the kernel report (one row per short name and op)."""
+    b = per_iteration(baseline, "kernel", "kernels", "kernel_name", "gpu_time_total_ns")
+    c = per_iteration(current, "kernel", "kernels", "kernel_name", "gpu_time_total_ns")
+    rows = _keyed(KERNELS, "kernel", b, c, {}, "All kernels except memory operations: GPU Time per Iteration (ns)")
     head, items = rows.iloc[:1], rows.iloc[1:]
     changed = items["note"].to_numpy() != ""
     kept = changed | ((np.cumsum(~changed) <= TOP_KERNELS) & ~changed)  # items are sorted by |delta|
     return pd.concat([head, items[kept]], ignore_index=True)
-
-
-def _kernel_identity(*sides: Side) -> str:
-    tables = [s.table("kernel", "kernels") for s in sides]
-    has_long = all(t is None or "long_kernel_name" in t.frame for t in tables)
-    return "long_kernel_name" if has_long else "kernel_name"
-
-
-def _kernel_names(baseline: Side, current: Side, identity: str) -> dict[str, str]:
-    frames = [t.frame[[identity, "kernel_name"]] for t in (baseline.table("kernel", "kernels"),
-                                                           current.table("kernel", "kernels")) if t is not None]
-    if not frames:
-        return {}
-    pairs = pd.concat(frames, ignore_index=True).astype(object).drop_duplicates(identity)
-    short = pairs["kernel_name"].astype(str)
-    ambiguous = short.duplicated(keep=False).to_numpy()
-    full = pairs[identity].astype(str)
-    cut = full.where(full.str.len() <= NAME_CHARS, full.str.slice(0, NAME_CHARS - 3) + "...")
-    shown = np.where(ambiguous, cut.to_numpy(dtype=object), short.to_numpy(dtype=object))
-    return dict(zip(pairs[identity].astype(str), shown, strict=True))
 
 
 @dataclass(frozen=True)

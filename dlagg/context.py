@@ -6,7 +6,9 @@ graph, computed lazily because a run asks only for some reports (``--reports=ker
 partition):
 
     work          <- profile                       GPU work with its launching API call (timeline.correlate)
-                     + iterations                  and its iteration (by launch)
+                     + iterations as detected      and its iteration (by launch)
+    iterations    <- iterations as detected, work  each iteration ending with the GPU work launched in it
+                                                   when that ends later (timeline.iterations.with_gpu_work)
     selected_work <- work                          the aggregated iterations' rows
     roofline      <- options.ncu_report, work      the ncu kernels' roofline, matched to this rank's kernels
                                                    (dlagg.roofline); None without --ncu_report or when the
@@ -35,6 +37,7 @@ from .options import Options
 from .roofline import KernelMatch, Roofline, analyse, measured_tc
 from .timeline.breakdown import time_breakdown
 from .timeline.correlate import gpu_work
+from .timeline.iterations import with_gpu_work
 
 # Op text figures -> op table column (one value per op) or instance column.
 OP_TEXT = {"op_id": "op_id", "op_name": "op_name", "direction": "direction", "op_type": "op_type",
@@ -42,11 +45,15 @@ OP_TEXT = {"op_id": "op_id", "op_name": "op_name", "direction": "direction", "op
 
 
 class RankContext:
-    """One rank's profile, iterations and options, and the frames derived from them (computed once)."""
+    """One rank's profile, iterations and options, and the frames derived from them (computed once).
+
+    `iterations` are the detected ones (``timeline.iterations.detect_iterations``); ``ctx.iterations``
+    are the same with GPU-side ends (``model.Iterations``), which every report uses.
+    """
 
     def __init__(self, profile: Profile, iterations: Iterations, options: Options, rank: int | None = None) -> None:
         self.profile = profile
-        self.iterations = iterations
+        self.detected = iterations
         self.options = options
         self.rank = rank  # this rank's number in its job (None: not known, as in a one-rank run)
 
@@ -54,7 +61,13 @@ class RankContext:
     def work(self) -> pd.DataFrame:
         """All GPU work with launching API call and iteration (see timeline.correlate)."""
         work = gpu_work(self.profile)
-        return work.assign(iteration=self.iterations.assign(work["t_attr"].to_numpy()))
+        return work.assign(iteration=self.detected.assign(work["t_attr"].to_numpy()))
+
+    @cached_property
+    def iterations(self) -> Iterations:
+        """The iterations, each ending no earlier than the GPU work launched in it."""
+        work = self.work
+        return with_gpu_work(self.detected, work["iteration"].to_numpy(), work["end"].to_numpy())
 
     @cached_property
     def selected_work(self) -> pd.DataFrame:
@@ -96,6 +109,19 @@ class RankContext:
         ids = np.unique(self.profile.kernels["name_id"].to_numpy())
         names = self.profile.strings.decode(pd.Series(ids))
         return pd.Series(uses_tensor_cores(names).to_numpy(), index=ids)
+
+    @cached_property
+    def _short_by_id(self) -> pd.Series:
+        """Kernel short-name id per demangled-name id (the demangled id itself when the export has no short name)."""
+        kernels = self.profile.kernels.drop_duplicates("name_id")
+        short = kernels["short_name_id"].to_numpy()
+        named = np.where(short >= 0, short, kernels["name_id"].to_numpy())
+        return pd.Series(named, index=kernels["name_id"].to_numpy())
+
+    def short_name_ids(self, name_ids: np.ndarray) -> np.ndarray:
+        """The short-name id of each kernel (demangled-name id): a kernel's identity, as DLProf's (one
+        ``fft2d_r2c_32x32`` however many template instances it has); -1 for unknown ids."""
+        return self._short_by_id.reindex(np.asarray(name_ids)).fillna(-1).to_numpy(dtype=np.int64)
 
     @cached_property
     def _uses_tc_by_id(self) -> pd.Series:

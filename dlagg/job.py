@@ -128,6 +128,7 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
         log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
                  f"aggregating {iterations.start} to {iterations.stop}{where}")
     ctx = RankContext(profile, iterations, options, rank=source.rank)
+    iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
     if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
         with log.stage(f"read and matched {os.path.basename(str(options.ncu_report))}"):
             roof, match = ctx.roofline, ctx.roofline_match

@@ -177,16 +177,29 @@ class Profile:
 
 @dataclass(frozen=True)
 class Iterations:
-    """Iteration windows: iteration i spans (end of key instance i-1, end of key instance i]."""
+    """Iteration windows: iteration i spans (ends[i-1], ends[i]].
+
+    Two clocks meet here. The host cuts the timeline: ``key_ends[i]`` is the end of key-node
+    instance i, and every event the host issues (API calls, op ranges, and GPU work through its
+    launching call) belongs to the iteration whose *launch window* (key_ends[i-1], key_ends[i]]
+    holds it (``assign``). The GPU may finish that work later: when the host runs ahead of the
+    GPU (a training loop that never synchronises fills the launch queue, up to many steps
+    ahead), ``gpu_ends[i]``, the end of the last GPU work launched in iteration i, lies after
+    key_ends[i]. Iteration i then ends at the later of the two, ``ends[i]`` (kept non-decreasing),
+    so iteration times follow the GPU's pace when the GPU lags and the host's when the host lags,
+    and the windows cover all the work (``timeline.iterations.with_gpu_work``).
+    """
 
     key_node: str  # the key node used ("" when none was found)
     reason: str  # how it was chosen, for the log and the reports
-    starts: np.ndarray  # int64, window i is (starts[i], ends[i]]; starts[0] = profile start
-    ends: np.ndarray  # int64
+    starts: np.ndarray  # int64, window i is (starts[i], ends[i]]; starts[0] = profile start; starts[i] = ends[i-1]
+    ends: np.ndarray  # int64: the later of key_ends[i] and gpu_ends[i] (running maximum)
     start: int  # first aggregated iteration
     stop: int  # last aggregated iteration (inclusive)
     found: bool = True  # False: key node not found, one iteration spans the profile
     candidates: tuple[str, ...] = field(default=())  # key-node candidates when not found
+    key_ends: np.ndarray | None = None  # host-side ends (key-node instances' ends); None: the same as `ends`
+    gpu_ends: np.ndarray | None = None  # end of the last GPU work launched in each iteration (-1: none; None: unknown)
 
     @property
     def count(self) -> int:
@@ -198,15 +211,40 @@ class Iterations:
 
     @property
     def window(self) -> tuple[int, int]:
-        """(start, end) of the aggregated range in ns."""
+        """(start, end) of the aggregated range in ns: from the first aggregated iteration's start to the
+        end of the last one, its GPU work included."""
         return int(self.starts[self.start]), int(self.ends[self.stop])
 
+    @property
+    def launch_ends(self) -> np.ndarray:
+        """Host-side ends of the iterations (the key-node instances' ends): the launch windows' ends."""
+        return self.ends if self.key_ends is None else self.key_ends
+
     def assign(self, t: np.ndarray) -> np.ndarray:
-        """Iteration of each timestamp, -1 outside every window. Vectorised (searchsorted)."""
+        """Iteration of each host-side timestamp (a launch, an API call, an op range's start) by the
+        launch windows, -1 outside every window. Vectorised (searchsorted)."""
         t = np.asarray(t, dtype=np.int64)
-        idx = np.searchsorted(self.ends, t, side="left")
-        inside = (idx < len(self.ends)) & (t >= self.starts[0])
+        ends = self.launch_ends
+        idx = np.searchsorted(ends, t, side="left")
+        inside = (idx < len(ends)) & (t >= self.starts[0])
         return np.where(inside, idx, -1).astype(np.int64)
 
     def in_selection(self, iteration: np.ndarray) -> np.ndarray:
         return (iteration >= self.start) & (iteration <= self.stop)
+
+    @property
+    def cpu_times(self) -> np.ndarray:
+        """CPU-side time of each iteration: from the previous key-node instance's end to its own (the host's pace)."""
+        ends = self.launch_ends
+        return ends - np.concatenate((self.starts[:1], ends[:-1]))
+
+    @property
+    def gpu_times(self) -> np.ndarray:
+        """GPU-side time of each iteration (float, NaN where it launched no GPU work or nothing is known): from
+        the end of the GPU work launched before it to the end of the GPU work it launched (the GPU's pace)."""
+        if self.gpu_ends is None:
+            return np.full(self.count, np.nan)
+        ran = self.gpu_ends >= 0
+        reach = np.maximum.accumulate(np.where(ran, self.gpu_ends, self.starts[0]))
+        before = np.concatenate((self.starts[:1], reach[:-1]))
+        return np.where(ran, (reach - before).astype(np.float64), np.nan)

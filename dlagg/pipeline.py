@@ -30,7 +30,7 @@ from .options import Options
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import REPORTS, Report
-from .reports.base import NCU, NSYS, JobFigures, RankFigures
+from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 
@@ -238,9 +238,9 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
             info = replace(info, reports=(*info.reports, COMPARE))
             _submit_per_report(writes, pool, formats, comparison.report, options, info)
-        warnings = list(dict.fromkeys([*(w for r in ranks for w in r.warnings),
-                                       *(w for n in names if n in built for w in built[n].warnings),
-                                       *(comparison.report.warnings if comparison else ())]))
+        warnings = one_per_cause([*(w for r in ranks for w in r.warnings),
+                                  *(w for n in names if n in built for w in built[n].warnings),
+                                  *(comparison.report.warnings if comparison else ())])
         for warning in warnings:
             log.warn(warning)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in

@@ -29,6 +29,9 @@ class ExportBuilder:
     runtime: list[tuple] = field(default_factory=list)
     memcpy: list[tuple] = field(default_factory=list)
     nvtx: list[tuple] = field(default_factory=list)
+    memset_rows: list[tuple] = field(default_factory=list)
+    system_env: dict[str, str] = field(default_factory=dict)  # TARGET_INFO_SYSTEM_ENV rows, when given
+    system_info: dict[str, str] = field(default_factory=dict)  # a SystemInfo table (nsys 2022.1), when given
     next_corr: int = 1
 
     def string(self, text: str) -> int:
@@ -44,9 +47,11 @@ class ExportBuilder:
 
     def kernel(self, start: int, end: int, name: str = "k", *, corr: int = 0, pid: int = PID, device: int = 0,
                stream: int = 7, grid: tuple[int, int, int] = (1, 1, 1),
-               block: tuple[int, int, int] = (32, 1, 1)) -> None:
+               block: tuple[int, int, int] = (32, 1, 1), short: str | None = None) -> None:
+        """A kernel; its short name is `short` (nsys's shortName), else the demangled `name` itself."""
         sid = self.string(name)
-        self.kernels.append((start, end, device, stream, corr, global_pid(pid), sid, sid, *grid, *block))
+        self.kernels.append((start, end, device, stream, corr, global_pid(pid), sid,
+                             sid if short is None else self.string(short), *grid, *block))
 
     def launch(self, api_start: int, api_end: int, k_start: int, k_end: int, name: str = "k", **kw: object) -> None:
         """A cudaLaunchKernel call and the kernel it launched."""
@@ -56,9 +61,16 @@ class ExportBuilder:
         self.kernel(k_start, k_end, name, corr=corr, pid=pid, **kw)  # type: ignore[arg-type]
 
     def copy(self, api_start: int, api_end: int, start: int, end: int, *, kind: int = 1, src_kind: int = 0,
-             dst_kind: int = 2, nbytes: int = 1024, pid: int = PID, tid: int = TID) -> None:
-        corr = self.api(api_start, api_end, "cudaMemcpyAsync_v3020", pid=pid, tid=tid)
+             dst_kind: int = 2, nbytes: int = 1024, pid: int = PID, tid: int = TID,
+             call: str = "cudaMemcpyAsync_v3020") -> None:
+        corr = self.api(api_start, api_end, call, pid=pid, tid=tid)
         self.memcpy.append((start, end, 0, 7, corr, global_pid(pid), nbytes, kind, src_kind, dst_kind))
+
+    def set(self, api_start: int, api_end: int, start: int, end: int, *, nbytes: int = 1024, pid: int = PID,
+            tid: int = TID, call: str = "cudaMemsetAsync_v3020") -> None:
+        """A memset and the call that issued it."""
+        corr = self.api(api_start, api_end, call, pid=pid, tid=tid)
+        self.memset_rows.append((start, end, 0, 7, corr, global_pid(pid), 0, nbytes))
 
     def range(self, start: int, end: int | None, text: str, *, tid: int = TID, pid: int = PID,
               event_type: int = 59, domain: int = 0, registered: bool = False) -> None:
@@ -94,6 +106,19 @@ class ExportBuilder:
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?)", self.runtime)
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?,?,?,?,?,?,?,?,?,?)", self.memcpy)
         conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?,?)", self.nvtx)
+        if self.memset_rows:
+            conn.execute("""CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL,
+                deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, value INTEGER,
+                bytes INTEGER)""")
+            conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (?,?,?,?,?,?,?,?)", self.memset_rows)
+        if self.system_env:
+            conn.execute("CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT NOT NULL, "
+                         "name TEXT NOT NULL, nameEnum INTEGER NOT NULL, value TEXT NOT NULL)")
+            conn.executemany("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, 'Init', ?, 0, ?)",
+                             list(self.system_env.items()))
+        if self.system_info:
+            conn.execute("CREATE TABLE SystemInfo (name TEXT, value TEXT)")
+            conn.executemany("INSERT INTO SystemInfo VALUES (?, ?)", list(self.system_info.items()))
         conn.commit()
         conn.close()
         return path

@@ -1,10 +1,12 @@
 """Read the CSV files dlagg writes in DLProf's "titled sections" layout, independently of dlagg.
 
 The layout (DLProf v1.8, docs/reports.md): each section is a title line, then either a header line
-and rows (a table) or ``"Key",value`` rows with no header (key/value); sections are separated by
-a blank line. Strings are double-quoted, numbers and missing values bare; titles and column names
-are bare unless they hold a comma or a quote. So a quoted first cell right after the title starts
-a key/value section, and a bare one is a header.
+and rows (a table) or ``Key,value`` rows with no header (key/value); sections are separated by a
+blank line. Strings in tables are double-quoted, numbers and missing values bare; titles, column
+names, a table's row labels (the summary's ``All ops``) and key/value lines are bare unless they
+hold a comma or a quote, as DLProf writes them. So a section is key/value when each of its lines
+has two cells and its first line's value is a value (a number, empty, quoted, or a bare word that
+is no column title: a header line is followed by rows of the same width).
 
 Only the file's text is read here: no dlagg import, so the tests that use this keep working while
 the reports behind the files change.
@@ -58,8 +60,9 @@ def _records(text: str) -> list[list[Cell]]:
     return records
 
 
-def _value(cell: Cell) -> object:
-    """Quoted: the string. Bare: None when empty, else an int or a float (a bare word is an error)."""
+def _value(cell: Cell, bare_text: bool = False) -> object:
+    """Quoted: the string. Bare: None when empty, else an int or a float; a bare word is an error
+    unless `bare_text` (row labels, key/value lines), where it is the string."""
     text, quoted = cell
     if quoted:
         return text
@@ -68,7 +71,12 @@ def _value(cell: Cell) -> object:
     try:
         return int(text)
     except ValueError:
-        return float(text)
+        try:
+            return float(text)
+        except ValueError:
+            if bare_text:
+                return text
+            raise
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,24 @@ class Section:
         return {str(k): v for k, v in self.rows}
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _key_value(body: list[list[Cell]]) -> bool:
+    """Whether a section's lines are key/value lines rather than a header and rows: a header holds
+    bare titles, never a number and never a quoted first cell (the old key/value style); a bare
+    text/text first line is a key/value line when every line is a bare key and a value."""
+    first = body[0]
+    if first[0][1] or any(not quoted and text and _number(text) for text, quoted in first):
+        return True
+    return len(first) == 2 and len(body) > 1 and all(len(r) == 2 and not r[0][1] and r[0][0] for r in body)
+
+
 def parse(text: str) -> dict[str, Section]:
     """Every section of a file's text, by title, in file order."""
     blocks: list[list[list[Cell]]] = [[]]
@@ -106,14 +132,15 @@ def parse(text: str) -> dict[str, Section]:
             raise ValueError(f"a section title is one cell, got {block[0]!r}")
         title = block[0][0][0]
         body = block[1:]
-        if body and not body[0][0][1]:  # bare first cell: a header
+        if body and not _key_value(body):  # a header, then rows
             header = tuple(text for text, _ in body[0])
-            rows = tuple(tuple(_value(c) for c in r) for r in body[1:])
+            labels = header[0] == ""  # an untitled first column holds bare row labels (the summary's)
+            rows = tuple(tuple(_value(c, bare_text=labels and k == 0) for k, c in enumerate(r)) for r in body[1:])
             if any(len(r) != len(header) for r in rows):
                 raise ValueError(f"section {title!r}: a row's length differs from the header's")
         else:
             header = None
-            rows = tuple(tuple(_value(c) for c in r) for r in body)
+            rows = tuple(tuple(_value(c, bare_text=True) for c in r) for r in body)
             if any(len(r) != 2 for r in rows):
                 raise ValueError(f"section {title!r}: key/value rows have two cells")
         if title in sections:

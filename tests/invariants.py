@@ -256,13 +256,15 @@ def sql_expected(db: Path, key_node: str) -> Expected:
         if not ends:
             raise AssertionError(f"{db}: key node {key_node!r} not found by SQL")
         first = min(s for s in starts if s is not None)
-        bounds = [first, *ends]
-        window = (first, ends[-1])
-        # an iteration costs its window, or the GPU work it launched when that is longer (the
-        # host may run ahead of the GPU): no time at stake can exceed the larger of the two
-        longest = max(max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)),
-                      _longest_gpu_work(conn, event, valid, ends))
-        return Expected(window, len(ends), longest, _kernel_totals(conn, event, valid, strings, window[1]),
+        # an iteration ends with its key-node range or with the last GPU work launched in it, when
+        # that ends later (the host may run ahead of the GPU); the next one starts there
+        union, last = _gpu_work(conn, event, valid, ends)
+        gpu_ends = np.maximum.accumulate(np.maximum(np.array(ends, dtype=np.int64), last))
+        bounds = [first, *(int(e) for e in gpu_ends)]
+        window = (first, bounds[-1])
+        # no time at stake can exceed the longest iteration or the GPU work launched in one
+        longest = max(max(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)), union)
+        return Expected(window, len(ends), longest, _kernel_totals(conn, event, valid, strings, ends[-1]),
                         _gpu_processes(conn, event, valid))
     finally:
         conn.close()
@@ -306,28 +308,31 @@ def _launch(event: dict, valid: dict[str, str], table: str) -> tuple[str, str]: 
             "CASE WHEN w.correlationId != -1 AND r.start IS NOT NULL THEN r.start ELSE w.start END")
 
 
-def _longest_gpu_work(conn: sqlite3.Connection, event: dict, valid: dict[str, str],  # noqa: ANN001
-                      ends: list[int]) -> int:
-    """The longest union of GPU work (kernels, copies, memsets) launched in one iteration."""
+def _gpu_work(conn: sqlite3.Connection, event: dict, valid: dict[str, str],  # noqa: ANN001
+              ends: list[int]) -> tuple[int, np.ndarray]:
+    """(the longest union of GPU work (kernels, copies, memsets) launched in one iteration, the end
+    of the last GPU work launched in each iteration (-1 when none))."""
+    last = np.full(len(ends), -1, dtype=np.int64)
     rows = []
     for table in ("kernels", "memcpy", "memset"):
         if event[table].name:
             source, launch = _launch(event, valid, table)
             rows += conn.execute(f'SELECT {launch}, w.start, w."end" FROM {source}').fetchall()
     if not rows:
-        return 0
+        return 0, last
     at, start, end = (np.array(column, dtype=np.int64) for column in zip(*rows, strict=True))
     iteration = np.searchsorted(np.array(ends), at, side="left")
     longest = 0
     for i in np.unique(iteration[iteration < len(ends)]):  # iterations, not events
         mine = np.flatnonzero(iteration == i)
         s, e = start[mine], end[mine]
+        last[i] = e.max()
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
         reach = np.maximum.accumulate(e)
         before = np.r_[s[0], reach[:-1]]
         longest = max(longest, int(np.sum(np.maximum(reach - np.maximum(before, s), 0))))
-    return longest
+    return longest, last
 
 
 def _gpu_processes(conn: sqlite3.Connection, event: dict, valid: dict[str, str]) -> int:  # noqa: ANN001

@@ -49,6 +49,12 @@ def sql_frame(name: str, query: str) -> pd.DataFrame:
     return frame
 
 
+def short_names(name: str) -> dict[str, str]:
+    """Kernel demangled name -> short name (the kernel's identity in DLProf's reports), from the export."""
+    return dict(sql(name, """SELECT DISTINCT d.value, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                             JOIN StringIds d ON d.id = k.demangledName JOIN StringIds s ON s.id = k.shortName"""))
+
+
 def tables(name: str) -> set[str]:
     return {t for (t,) in sql(name, "SELECT name FROM sqlite_master WHERE type = 'table'")}
 
@@ -81,6 +87,56 @@ def windows(name: str) -> tuple[np.ndarray, np.ndarray]:
     """Iteration windows: (end of key instance i-1, end of key instance i], the first from the profile start."""
     ends = key_ends(name)
     return np.r_[profile_start(name), ends[:-1]], ends
+
+
+def launched_work(name: str) -> np.ndarray:
+    """(launch time, end) of every kernel, memcpy and memset: the launch time is the start of the CUDA call
+    with its correlation id in its process (the earliest such call), else the work's own start."""
+    present = tables(name)
+    rows = []
+    for t in GPU_TABLES:
+        if t in present:
+            rows += sql(name, f"""
+                SELECT COALESCE((SELECT MIN(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                                 WHERE r.correlationId = g.correlationId
+                                   AND (r.globalTid & 0xFFFFFFFFFF000000) = g.globalPid), g.start), g."end"
+                FROM "{t}" g""")
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+
+def gpu_side_ends(name: str) -> np.ndarray:
+    """Iteration ends with the GPU's work (docs/reports.md): iteration i ends at the later of train_step i's
+    end and the end of the GPU work launched in its window (end of train_step i-1, end of train_step i],
+    kept non-decreasing."""
+    starts, ends = windows(name)
+    work = launched_work(name)
+    last = np.full(len(ends), np.iinfo(np.int64).min)
+    for i, (lo, hi) in enumerate(zip(starts, ends, strict=True)):  # a few dozen iterations
+        mine = work[((work[:, 0] > lo) | ((i == 0) & (work[:, 0] >= lo))) & (work[:, 0] <= hi)]
+        if len(mine):
+            last[i] = mine[:, 1].max()
+    return np.maximum.accumulate(np.maximum(ends, last))
+
+
+def calls_outside_every_range(name: str, before: int) -> dict[str, int]:
+    """API name -> number of CUDA calls starting at or before `before` that no NVTX range of their thread
+    encloses and no other call of their thread encloses (the outermost calls), read with SQL."""
+    calls = sql_frame(name, """SELECT r.globalTid AS tid, r.start, r."end", s.value AS name
+                               FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId""")
+    ranges = sql_frame(name, f"""SELECT globalTid AS tid, start, "end" FROM NVTX_EVENTS
+                                 WHERE eventType IN {RANGE_TYPES} AND "end" IS NOT NULL""")
+    counts: dict[str, int] = {}
+    for tid, mine in calls.groupby("tid"):  # a few threads
+        mine = mine.sort_values(["start", "end"], ascending=[True, False])
+        reach = np.maximum.accumulate(mine["end"].to_numpy())
+        outer = np.r_[True, reach[:-1] < mine["end"].to_numpy()[1:]]
+        blocks = merged(ranges.loc[ranges["tid"] == tid, ["start", "end"]].to_numpy(dtype=np.int64))
+        start, end = mine["start"].to_numpy(), mine["end"].to_numpy()
+        k = np.searchsorted(blocks[:, 0], start, side="right") - 1 if len(blocks) else np.full(len(mine), -1)
+        inside = (k >= 0) & (end <= (blocks[np.maximum(k, 0), 1] if len(blocks) else 0))
+        for api in mine["name"].to_numpy()[outer & ~inside & (start <= before)]:
+            counts[api] = counts.get(api, 0) + 1
+    return counts
 
 
 def gpu_intervals(name: str) -> np.ndarray:

@@ -14,6 +14,7 @@ from dlagg.pipeline import run
 from dlagg.reader import load_profile
 
 from .conftest import recording, recording_dir
+from .recorded import short_names, sql
 
 GPU_RECORDINGS = ("cuda_basic", "resnet_fp32", "resnet_amp", "dataloader_bound", "no_emit_nvtx", "h2d_heavy",
                   "cuda_graph")
@@ -30,13 +31,19 @@ def meta(name: str) -> dict:
     return json.loads((recording_dir(name) / "meta.json").read_text())
 
 
+def gpukernsum(name: str) -> pd.DataFrame:
+    """nsys's gpukernsum rows with each demangled kernel name mapped to its short name (SQL): a kernel's
+    identity in DLProf's reports is its short name."""
+    table = pd.read_csv(recording_dir(name) / f"{name}_gpukernsum.csv")
+    return table.assign(Name=table["Name"].map(short_names(name)))
+
+
 @pytest.mark.parametrize("name", GPU_RECORDINGS)
 def test_kernel_totals_equal_nsys_stats(name: str, tmp_path: Path) -> None:
     reports, _ = build(name, tmp_path)
-    ours = reports["kernel"].main.frame.groupby("long_kernel_name").agg(
+    ours = reports["kernel"].main.frame.groupby("kernel_name").agg(
         total=("gpu_time_total_ns", "sum"), calls=("calls", "sum"))
-    oracle = pd.read_csv(recording_dir(name) / f"{name}_gpukernsum.csv").groupby("Name").agg(
-        total=("Total Time (ns)", "sum"), calls=("Instances", "sum"))
+    oracle = gpukernsum(name).groupby("Name").agg(total=("Total Time (ns)", "sum"), calls=("Instances", "sum"))
     assert len(ours) == len(oracle)
     joined = oracle.merge(ours, left_index=True, right_index=True, how="left", suffixes=("_nsys", ""))
     assert joined["total"].astype("int64").tolist() == joined["total_nsys"].tolist()
@@ -46,10 +53,9 @@ def test_kernel_totals_equal_nsys_stats(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", GPU_RECORDINGS)
 def test_kernel_min_max_equal_nsys_stats_per_name(name: str, tmp_path: Path) -> None:
     reports, _ = build(name, tmp_path)
-    ours = reports["kernel"].main.frame.groupby("long_kernel_name").agg(
+    ours = reports["kernel"].main.frame.groupby("kernel_name").agg(
         mn=("gpu_time_min_ns", "min"), mx=("gpu_time_max_ns", "max"))
-    oracle = pd.read_csv(recording_dir(name) / f"{name}_gpukernsum.csv").groupby("Name").agg(
-        mn=("Min (ns)", "min"), mx=("Max (ns)", "max"))
+    oracle = gpukernsum(name).groupby("Name").agg(mn=("Min (ns)", "min"), mx=("Max (ns)", "max"))
     joined = oracle.merge(ours, left_index=True, right_index=True, how="left", suffixes=("_nsys", ""))
     assert (joined["mn"] == joined["mn_nsys"]).all() and (joined["mx"] == joined["mx_nsys"]).all()
 
@@ -97,11 +103,11 @@ def test_iter_start_stop_select_exactly_those_windows(start: int | None, stop: i
     assert sorted(table["iteration"].unique()) == list(range(lo, hi + 1))
     # cuda_basic launches exactly 5 kernels per train_step
     assert len(table) == 5 * (hi - lo + 1)
-    # Each kernel's launch call lies in its iteration's window (end of key i-1, end of key i].
+    # Each kernel's launch call lies in its iteration's launch window (end of key i-1, end of key i].
     api = table["api_start_ns"].to_numpy()
     it = table["iteration"].to_numpy()
-    assert (api > np.where(it > 0, its.ends[it - 1], its.starts[0] - 1)).all()
-    assert (api <= its.ends[it]).all()
+    assert (api > np.where(it > 0, its.launch_ends[it - 1], its.starts[0] - 1)).all()
+    assert (api <= its.launch_ends[it]).all()
     assert reports["summary"].table("iterations_summary").values["aggregated_iterations"] == hi - lo + 1
     wall = reports["summary"].table("summary").values["wall_clock_ns"]
     assert wall == its.ends[hi] - its.starts[lo]
@@ -126,8 +132,14 @@ def test_summary_all_kernels_section_matches_kernel_report(tmp_path: Path) -> No
     assert kernels.loc["All kernels", "gpu_time_ns"] == kernel_total + memory
     oracle = pd.read_csv(recording_dir("cuda_basic") / "cuda_basic_gpumemtimesum.csv")
     assert memory == oracle["Total Time (ns)"].sum()
-    # 5 kernel names + HtoD, DtoH, DtoD copies + memset
-    assert kernels.loc["All kernels", "distinct_kernels"] == 5 + 4
+    # 5 kernel names + the distinct CUDA calls that issued memory operations (DLProf counts those)
+    calls = sql("cuda_basic", """
+        SELECT COUNT(DISTINCT s.value) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+        WHERE r.correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY
+                                  UNION SELECT correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET)""")[0][0]
+    assert calls == 4  # cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync (meta.json's description)
+    assert kernels.loc["Memory", "distinct_kernels"] == calls
+    assert kernels.loc["All kernels", "distinct_kernels"] == 5 + calls
 
 
 def test_summary_system_config_from_the_export(tmp_path: Path) -> None:

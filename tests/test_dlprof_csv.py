@@ -11,9 +11,14 @@ TEXT = '''System Config
 "GPU Count",1
 "GPU Name(s)","NVIDIA H200"
 
+Iterations
+Total Iterations,20
+Key Word,bare text
+Odd,"a, b"
+
 All Kernels
 ,GPU Time (ns),CPU Time (ns),# Kernels
-"All kernels",3490257,5011672.5,9
+All kernels,3490257,5011672.5,9
 "Memory",,0,4
 
 Kernel Report
@@ -28,8 +33,10 @@ Op ID,Op Name
 
 def test_sections_by_kind() -> None:
     sections = parse(TEXT)
-    assert list(sections) == ["System Config", "All Kernels", "Kernel Report", "Empty Table"]
+    assert list(sections) == ["System Config", "Iterations", "All Kernels", "Kernel Report", "Empty Table"]
     assert sections["System Config"].values() == {"GPU Count": 1, "GPU Name(s)": "NVIDIA H200"}
+    # DLProf writes key/value lines bare
+    assert sections["Iterations"].values() == {"Total Iterations": 20, "Key Word": "bare text", "Odd": "a, b"}
     kernels = sections["All Kernels"].frame().set_index("")
     assert kernels.loc["All kernels"].tolist() == [3490257, 5011672.5, 9]
     assert kernels.loc["Memory", "GPU Time (ns)"] is None  # a bare empty cell is a missing value
@@ -46,7 +53,8 @@ def test_sections_by_kind() -> None:
     'T\n"k",1,2\n',  # a key/value row with three cells
     'T\nA\n1\n\nT\nA\n2\n',  # two sections with one title
     'T\n"unterminated\n',
-    'T\nA\nword\n',  # a bare word is neither a number nor empty
+    'T\nA\nword\n',  # a bare word is neither a number nor empty (bare labels only in an untitled column)
+    'T\n,A\nx,word\n',  # ... and only in that first column
 ])
 def test_malformed_files_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):

@@ -193,7 +193,7 @@ def test_exposed_pinned_copies_edge(tmp_path: Path, duration: int, fires: bool) 
     assert "pageable_copies" not in got
 
 
-# ---- AMP: eligible GPU time mostly not at reduced precision, saving >= 5% ----
+# ---- AMP: eligible GPU time mostly not at reduced precision, saving measurable (>= 1 us) ----
 
 FP32_GEMM = "ampere_sgemm_128x64_tn"  # eligible (GEMM), FP32 SIMT: no Tensor Cores
 HALF_GEMM = "ampere_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"  # Tensor Cores, FP16
@@ -218,14 +218,22 @@ def test_amp_share_edge(tmp_path: Path, half: int, fires: bool) -> None:
     assert ("amp" in got) == fires
     if fires:
         assert got["amp"].time_at_stake_ns == pytest.approx(100_000 * (1 - 1 / precision.FP32_TO_TC_SPEEDUP))
-        assert "bfloat16" in got["amp"].recommendation  # the builder's GPU is compute capability 9.0
+        # the FP16 GEMM shows mixed precision is on: the advice is about the leftovers, not enabling AMP
+        assert "already on" in got["amp"].recommendation and "Enable" not in got["amp"].recommendation
+        assert "at 16 bits on Tensor Cores (mixed precision is on" in got["amp"].evidence
 
 
-@pytest.mark.parametrize(("fp32", "fires"), [(74_000, False), (76_000, True)])
+@pytest.mark.parametrize(("fp32", "fires"), [(740, False), (760, True)])
 def test_amp_stake_edge(tmp_path: Path, fp32: int, fires: bool) -> None:
-    # Saving = 2/3 of the FP32 time: 49.3 us vs 50.7 us against 5% of a 1 ms iteration.
-    assert precision.AMP_MIN_STAKE == 0.05 and precision.FP32_TO_TC_SPEEDUP == 3.0
-    assert ("amp" in detect(export(tmp_path, gemms(fp32, 0)))) == fires
+    # Saving = 2/3 of the FP32 time: 493 ns vs 507 ns against 500 ns, the least the report shows as
+    # 0.001 ms (no share of the iteration: DLProf advised AMP to small FP32 models too; the severity
+    # says how much it matters).
+    assert precision.AMP_MIN_STAKE_NS == 500 and precision.FP32_TO_TC_SPEEDUP == 3.0
+    got = detect(export(tmp_path, gemms(fp32, 0)))
+    assert ("amp" in got) == fires
+    if fires:
+        assert got["amp"].severity == "low"  # 1 us of a 1 ms iteration
+        assert "bfloat16" in got["amp"].recommendation  # the builder's GPU is compute capability 9.0
 
 
 def test_amp_needs_tensor_cores_and_recommends_fp16_on_volta(tmp_path: Path) -> None:

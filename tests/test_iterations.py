@@ -54,8 +54,13 @@ def test_kernels_follow_their_launch_call_not_their_gpu_start(tmp_path: Path) ->
         "step0_kernel": 0, "step1_kernel": 1, "step2_kernel": 2, "step3_kernel": 3}
     # ... although kernels 1-3 start after their step's range ended.
     its = result.iterations
-    late = table["gpu_start_ns"].to_numpy() > its.ends[table["iteration"].to_numpy()]
+    step = table["iteration"].to_numpy()
+    late = table["gpu_start_ns"].to_numpy() > its.launch_ends[step]
     assert late.sum() == 3
+    # Each iteration then ends with its kernel (the GPU's pace: 250 ns per step), not with its range.
+    end = table["gpu_start_ns"].to_numpy() + table["gpu_duration_ns"].to_numpy()
+    assert its.ends[step].tolist() == end.tolist()
+    assert its.cpu_times[1:].tolist() == [100, 100, 100] and its.gpu_times[1:].tolist() == [250, 250, 250]
 
 
 def test_kernel_without_launch_call_falls_back_to_its_own_start(tmp_path: Path) -> None:

@@ -143,7 +143,8 @@ def test_name_stack_and_group_come_from_the_trace_marker(tmp_path: Path) -> None
     conv = ops_of(ctx).iloc[0]
     assert conv.name == "/module/Net::_call_impl/Net::forward/Conv2d::_call_impl[2]/Conv2d::forward/conv2d"
     assert conv["stack"] == "net.py:41\nnet.py:26"
-    assert conv["data_types"] == "float16" and conv["input_shapes"] == "[1, 6, 30, 30]; [16, 6, 5, 5]"
+    # DLProf's labelled form of a convolution's input and filter shapes
+    assert conv["data_types"] == "float16" and conv["input_shapes"] == "<N:1, C:6, H:30, W:30>; <K:16, C:6, R:5, S:5>"
     assert conv["op_id"] == "CONV2D_1" and conv["tc_eligible"] and conv["tc_kernels"] == 1
     groups = set(build_reports(ctx, ["group_node"])["group_node"].main.frame["name"])
     assert "/module/Net::_call_impl/Net::forward/Conv2d::_call_impl[2]/Conv2d::forward/" in groups
@@ -260,10 +261,12 @@ def test_dlprof_export_ops_are_the_outermost_mod_op_ranges(dlprof) -> None:
     emit = [r for r in rows if r[4].startswith("aten::")]
     loose = [r for r in emit if not any(o[3] == r[3] and o[1] <= r[1] and r[2] <= o[2] for o in modops)]
     assert not loose  # every emit_nvtx range of this run is inside a {'mod','op'} range
-    instances = ctx.ops.instances
+    ops = ctx.ops.ops
+    # CUDA calls outside every range are ops of their own (unassociated_<api>, tested elsewhere)
+    unassociated = ops.index[ops["op_name"].str.startswith("unassociated_")]
+    instances = ctx.ops.instances[~ctx.ops.instances["key"].isin(unassociated)]
     assert len(instances) == len(outermost) == 26
     assert sorted(instances["cpu"]) == sorted(r[2] - r[1] for r in outermost)
-    ops = ctx.ops.ops
     assert not ops["op_name"].str.contains("<|>|\\(\\d+\\)").any()
     assert "has_torch_function_variadic" not in set(ops["op_type"])
     flatten = ops[ops["op_type"] == "flatten"].index

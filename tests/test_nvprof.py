@@ -309,7 +309,7 @@ def test_lm_kernels_and_ops_match_pyprof(lm_reports: tuple[Path, Path]) -> None:
 
 def test_lm_every_report_is_written(lm_reports: tuple[Path, Path]) -> None:
     _, out = lm_reports
-    for report in ("summary", "detailed", "iteration", "kernel", "op_type", "group_node", "tensor_core",
+    for report in ("summary", "detailed", "iteration", "kernel", "op_type", "group_op", "tensor_core",
                    "expert_systems"):
         for fmt in ("csv", "json"):
             assert (out / f"dlagg_{report}.{fmt}").stat().st_size > 0, (report, fmt)

@@ -22,7 +22,7 @@ from dlagg.cli import main
 from .exports import KEY_NODE, GeneratedExport, apply, damages, exports
 from .invariants import check_run, sql_expected
 
-# Examples per test in the default run (both together stay under a minute on two cores) and in
+# Examples per test in the default run (both together take about two minutes on two cores) and in
 # the slow run.
 VALID_EXAMPLES = 120
 DAMAGED_EXAMPLES = 150

@@ -34,7 +34,8 @@ from .conftest import recording
 START, STOP = 3, 12  # resnet_amp has 15 iterations: some before and some after the aggregated range
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
 OP_TYPE = "op_type_gpu_ms/"
-SCALAR_TAGS = {"iteration/time_ms", "iteration/gpu_utilization_pct", "iteration/tensor_core_kernel_pct",
+SCALAR_TAGS = {"iteration/time_ms", "iteration/cpu_side_time_ms", "iteration/gpu_side_time_ms",
+               "iteration/gpu_utilization_pct", "iteration/tensor_core_kernel_utilization_pct",
                "iteration/kernel_count", *(f"duration_ms/{c}" for c in CLASSES)}
 DURATION_LABELS = {"tc_kernel": "Tensor Core Kernel Duration %", "kernel": "Non-Tensor Core Kernel Duration %",
                    "memory": "Memory Duration %", "dataloader": "Dataloader Duration %", "io": "IO Duration %",
@@ -141,12 +142,9 @@ def kv(doc: dict, title: str) -> dict[str, object]:
 
 
 def per_iteration_from_iteration_report(out: Path) -> pd.DataFrame:
-    """Kernel count and TC share per iteration, computed from the iteration report's rows."""
+    """Kernel count per iteration, computed from the iteration report's rows."""
     rows = section_frame(report_json(out, "iteration"), "Iteration Report")
-    gpu = rows["GPU Duration (ns)"].astype(float)
-    tc = gpu.where(rows["Uses TC"] == "yes", 0.0)
-    grouped = pd.DataFrame({"it": rows["Iteration"], "gpu": gpu, "tc": tc}).groupby("it")
-    return pd.DataFrame({"count": grouped.size(), "tc_pct": 100 * grouped["tc"].sum() / grouped["gpu"].sum()})
+    return pd.DataFrame({"count": rows.groupby("Iteration").size()})
 
 
 @pytest.fixture(scope="module")
@@ -202,11 +200,10 @@ def test_aggregated_scalars_equal_the_summary_report(amp: Path) -> None:
         assert share == pytest.approx(totals[label], abs=PCT_TOL), name
 
 
-def test_kernel_count_and_tc_share_equal_the_iteration_report(amp: Path, amp_all: Path) -> None:
+def test_kernel_count_and_tc_utilization_equal_the_reports(amp: Path, amp_all: Path) -> None:
     folder = amp / "event_files" / "dlagg"
     runs = [read_run(folder), read_run(folder / "before_iter_start"), read_run(folder / "after_iter_stop")]
     count = pd.concat([r.scalars["iteration/kernel_count"] for r in runs]).sort_index()
-    tc_pct = pd.concat([r.scalars["iteration/tensor_core_kernel_pct"] for r in runs]).sort_index()
     # Aggregated range: the iteration report of the same run; every iteration: the run aggregating all.
     aggregated = per_iteration_from_iteration_report(amp)
     assert list(aggregated.index) == list(range(START, STOP + 1))
@@ -214,8 +211,21 @@ def test_kernel_count_and_tc_share_equal_the_iteration_report(amp: Path, amp_all
     assert list(expected.index) == list(range(15))
     assert count.astype(int).to_dict() == expected["count"].to_dict()
     assert count.loc[START:STOP].astype(int).to_dict() == aggregated["count"].to_dict()
-    np.testing.assert_allclose(tc_pct.to_numpy(), expected["tc_pct"].to_numpy(), rtol=F32_REL)
-    assert 0 < tc_pct.min() < 100  # resnet_amp mixes Tensor Core GEMMs with other kernels
+    # One definition of Tensor Core Kernel Utilization %: the per-iteration chart is the summary's figure
+    # per iteration (TC kernel time / kernel time of the TC-eligible ops), which the tensor report's rows
+    # (one per eligible op, over the aggregated iterations) give too.
+    tensor = section_frame(report_json(amp, "tensor_core"), "Tensor Core Report")
+    overall = 100 * tensor["TC GPU Time (ns)"].sum() / tensor["Total GPU Time (ns)"].sum()
+    summary = kv(report_json(amp, "summary"), "Summary Report")
+    assert summary["Tensor Core Kernel Utilization %"] == pytest.approx(overall, abs=PCT_TOL)
+    (per,) = [t for t in report_json(amp, "summary")["tables"] if t["key"] == "iterations"]
+    keys = [f["key"] for f in per["fields"]]
+    eligible = pd.Series({row[keys.index("iteration")]: row[keys.index("tc_eligible_kernel_time_ns")]
+                          for row in per["rows"] if row[keys.index("aggregated")]}, dtype=float)
+    util = runs[0].scalars["iteration/tensor_core_kernel_utilization_pct"]
+    assert (util * eligible).sum() / eligible.sum() == pytest.approx(overall, rel=1e-5)
+    assert 0 < util.min() < 100  # resnet_amp's eligible ops mix Tensor Core GEMMs with other kernels
+    assert not any(tag.startswith("iteration/tensor_core_kernel_pct") for r in runs for tag in r.scalars)
 
 
 def test_text_dashboards_equal_the_reports(amp: Path) -> None:
@@ -251,7 +261,9 @@ def test_op_type_series_equal_the_op_type_report(amp: Path) -> None:
     folder = amp / "event_files" / "dlagg"
     main = read_run(folder)
     table = section_frame(report_json(amp, "op_type"), "Op Type Summary Report")
-    top = table.head(TOP_OP_TYPES)  # the report is sorted by total GPU time
+    assert table["Op Type"].tolist() == sorted(table["Op Type"])  # DLProf's order: by type name
+    # the charted op types: most GPU time first (ties by name)
+    top = table.sort_values("Total GPU Time (ns)", ascending=False, kind="stable").head(TOP_OP_TYPES)
     assert {t for t in main.scalars if t.startswith(OP_TYPE)} == {OP_TYPE + t for t in top["Op Type"]}
     for op_type, total in zip(top["Op Type"], top["Total GPU Time (ns)"], strict=True):
         assert main.scalars[OP_TYPE + op_type].sum() * 1e6 == pytest.approx(total, rel=F32_REL), op_type
@@ -301,8 +313,8 @@ def test_tb_dir_and_profiles_side_by_side(tmp_path: Path) -> None:
         run(Options(nsys_database=recording(name), reports=("summary",), output_path=tmp_path, profile_name=name,
                     tb_dir="tb", verbosity="quiet"))
     assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["resnet_amp", "resnet_fp32"]
-    fp32 = read_run(tmp_path / "tb" / "resnet_fp32").scalars["iteration/tensor_core_kernel_pct"]
-    amp = read_run(tmp_path / "tb" / "resnet_amp").scalars["iteration/tensor_core_kernel_pct"]
+    fp32 = read_run(tmp_path / "tb" / "resnet_fp32").scalars["iteration/tensor_core_kernel_utilization_pct"]
+    amp = read_run(tmp_path / "tb" / "resnet_amp").scalars["iteration/tensor_core_kernel_utilization_pct"]
     assert fp32.max() == 0 and amp.min() > 0  # FP32 with TF32 off uses no Tensor Cores; AMP does
 
 
@@ -342,7 +354,8 @@ def test_export_without_kernels_charts_cpu_time_only(tmp_path: Path) -> None:
     run(Options(nsys_database=recording("cpu_nvtx_numpy"), reports=("all",), output_path=tmp_path,
                 verbosity="quiet"))
     main = read_run(tmp_path / "event_files" / "dlagg")
-    assert "iteration/tensor_core_kernel_pct" not in main.scalars  # undefined without kernels: not written as 0
+    assert "iteration/tensor_core_kernel_utilization_pct" not in main.scalars  # undefined: not written as 0
+    assert "iteration/gpu_side_time_ms" not in main.scalars  # no GPU work: no GPU side
     assert main.scalars["iteration/kernel_count"].max() == 0
     assert main.scalars["iteration/gpu_utilization_pct"].max() == 0
     assert main.scalars["iteration/time_ms"].min() > 0

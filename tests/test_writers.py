@@ -48,9 +48,20 @@ def test_csv_table_layout_formats_figures() -> None:
 
 def test_key_value_table_has_no_header() -> None:
     table = key_values("summary", "Summary Report", [(Field("gpu_count", "GPU Count"), 2),
-                                                     (Field("gpu_pct", "GPU Utilization %", PERCENT, digits=1), 41.26)])
-    assert format_table(table).splitlines() == ["Summary Report", '"GPU Count",2', '"GPU Utilization %",41.3']
-    assert table.values == {"gpu_count": 2, "gpu_pct": 41.26}
+                                                     (Field("gpu_pct", "GPU Utilization %", PERCENT, digits=1), 41.26),
+                                                     (Field("gpus", "GPU Name(s)"), "A100, A100"),
+                                                     (Field("cpu", "CPU Model"), 'Xeon "Gold"')])
+    # bare as DLProf writes them (chelseajohn/Nvidia-DLProf dlprof_summary.csv), quoted only where a
+    # comma or quote would break the line
+    assert format_table(table).splitlines() == ["Summary Report", "GPU Count,2", "GPU Utilization %,41.3",
+                                                'GPU Name(s),"A100, A100"', 'CPU Model,"Xeon ""Gold"""']
+    assert table.values == {"gpu_count": 2, "gpu_pct": 41.26, "gpus": "A100, A100", "cpu": 'Xeon "Gold"'}
+
+
+def test_row_labels_are_bare_where_the_field_says_so() -> None:
+    fields = (Field("label", "", quote=False), Field("name", "Name"), Field("n", "N"))
+    table = Table("t", "All Ops", fields, pd.DataFrame({"label": ["All ops", "a,b"], "name": ["x", "y"], "n": [1, 2]}))
+    assert format_table(table).splitlines() == ["All Ops", ",Name,N", 'All ops,"x",1', '"a,b","y",2']
 
 
 def test_table_refuses_a_frame_that_does_not_match_its_fields() -> None:

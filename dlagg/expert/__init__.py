@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import iterations, launch, memory, precision, utilisation  # noqa: F401  (registers detectors)
-from .base import DETECTORS, Finding, MissingData, Outcome, finding_rank, severity_of
+from .base import DETECTORS, MIN_STAKE_NS, Finding, MissingData, Outcome, finding_rank, severity_of
 from .facts import Facts
 
 if TYPE_CHECKING:
@@ -28,6 +28,8 @@ def run_detectors(ctx: RankContext) -> tuple[list[Finding], list[Outcome]]:
         except MissingData as missing:
             outcomes.append(Outcome(name, "not run", str(missing)))
             continue
+        # nothing measurable at stake ("0.000 ms") is no finding
+        found = [f for f in found if f.time_at_stake_ns is None or f.time_at_stake_ns >= MIN_STAKE_NS]
         outcomes.append(Outcome(name, "fired" if found else "silent"))
         findings.extend(found)
     order = {name: i for i, name in enumerate(DETECTORS)}

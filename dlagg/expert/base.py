@@ -27,6 +27,9 @@ HIGH, MEDIUM, LOW = "high", "medium", "low"
 # times vary by 2-5% between steady steps).
 HIGH_SHARE = 0.25
 MEDIUM_SHARE = 0.05
+# A finding must have something at stake that the report can show: stakes are shown in ms with three
+# decimals, so less than half a microsecond would read "0.000 ms" (nothing to gain: no finding).
+MIN_STAKE_NS = 500
 
 # Findings listed first whatever their time at stake: without iterations every other figure covers the
 # whole profile, so a reader must see that before anything else.
@@ -118,7 +121,12 @@ def rate(count: int, n_iterations: int) -> str:
     """How often something happens: 'x3/iteration', or '2 in 23 iterations' when uneven."""
     if n_iterations and count % n_iterations == 0:
         return f"x{count // n_iterations}/iteration"
-    return f"{count} in {n_iterations} iteration{'s' if n_iterations != 1 else ''}"
+    return f"{count} in {plural(n_iterations, 'iteration')}"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 iteration', '3 iterations'."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def pct(part: float, whole: float) -> str:

@@ -13,7 +13,13 @@ kernel, memcpy and memset sorted by start on its device, with
                     gap before it was spent waiting for the host to issue it
     next_queued     the next op on the device was already issued (launch call returned) when this
                     one ended: the device, not the host, was the bottleneck at that moment
+    host_blocked    when this op ended, a thread of its process was waiting for the GPU in a
+                    synchronising call (``blocking_calls``): the host could go on only after it
     iteration       attributed by launch time, as in every other report
+
+An op is on the step's critical path ("GPU-bound") where it is ``next_queued`` or
+``host_blocked``: making it faster then shortens the step (a synchronous run, which waits for
+every kernel, is all critical path); elsewhere the device would only wait longer for the host.
 """
 
 from __future__ import annotations
@@ -26,9 +32,25 @@ import pandas as pd
 
 from ..model import rows_where
 from ..ops.assign import union_by_group
+from ..reader.schema import PID_MASK
 from ..timeline import intervals
-from ..timeline.correlate import KERNEL
+from ..timeline.correlate import KERNEL, contains, packed_keys
 from .base import quoted
+
+# Host calls that wait for the GPU (runtime and driver API, without nsys' _vNNNN suffix);
+# cudaThreadSynchronize is the old name of cudaDeviceSynchronize.
+SYNC_CALL = r"cu(?:da)?(?:Device|Ctx|Stream|Event|Thread)Synchroni[sz]e"
+# Copies without "Async" return only when the copy is done.
+BLOCKING_COPY_CALL = r"cudaMemcpy(?:2D|3D|Peer)?(?:ToSymbol|FromSymbol)?|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer)?(?:_v2)?"
+# ENUM_CUPTI_SYNC_TYPE values where the host waits: 1 event sync, 3 stream sync, 4 context
+# sync (2, stream-wait-event, is a GPU-side wait that does not block the host).
+HOST_BLOCKING_SYNC_TYPES = (1, 3, 4)
+# Calls that only make a stream wait on the GPU. nsys 2022.4 labels their CUPTI records as
+# stream syncs (type 3) in our recordings, so they are excluded by name.
+GPU_SIDE_WAIT = r"cu(?:da)?StreamWaitEvent"
+# Kernels of torch.compile's Inductor backend (and hand-written Triton): triton_poi_/triton_red_/...
+TRITON_KERNEL = r"(?i)^(?:void )?triton_|^triton"
+GRAPH_LAUNCH_CALL = r"cu(?:da)?GraphLaunch"
 
 if TYPE_CHECKING:
     from ..context import RankContext
@@ -52,10 +74,22 @@ class Facts:
     def aggregated(self) -> np.ndarray:
         return self.breakdown["iteration"].to_numpy()
 
+    @cached_property
+    def cpu_side(self) -> np.ndarray:
+        """CPU-side time of each aggregated iteration (key-node instance to key-node instance)."""
+        its = self.iterations
+        return its.cpu_times[its.start:its.stop + 1].astype(np.float64)
+
     @property
     def iteration_text(self) -> str:
         its = self.iterations
         return f"{its.start}-{its.stop}" if its.stop > its.start else str(its.start)
+
+    @property
+    def iterations_label(self) -> str:
+        """'iterations 2-22', or 'iteration 0' for one."""
+        its = self.iterations
+        return f"iterations {self.iteration_text}" if its.stop > its.start else f"iteration {its.start}"
 
     @cached_property
     def typical_iteration_ns(self) -> float:
@@ -106,7 +140,7 @@ class Facts:
         # by device and start, with only the columns the detectors read (a sorted copy of all of
         # `work` was the largest allocation of the expert systems)
         columns = ["kind", "row", "iteration", "start", "end", "device_id", "name_id", "api_start", "api_end",
-                   "api_tid"]
+                   "api_tid", "global_pid"]
         work = work[columns].sort_values(["device_id", "start", "end"], kind="stable")
         device = work["device_id"].to_numpy()
         start = work["start"].to_numpy()
@@ -123,7 +157,42 @@ class Facts:
         next_has_api = np.r_[has_api[1:], False]
         same_device_after = np.r_[device[1:] == device[:-1], False]
         next_queued = same_device_after & next_has_api & (next_api_end <= reach)
-        return work.assign(dur=end - start, gap_before=gap_before, host_wait=host_wait, next_queued=next_queued)
+        return work.assign(dur=end - start, gap_before=gap_before, host_wait=host_wait, next_queued=next_queued,
+                           host_blocked=self._host_blocked(work["global_pid"].to_numpy(), end))
+
+    def _host_blocked(self, pid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whether a thread of process `pid` was inside a host-blocking call at time `t` (loop over processes)."""
+        calls = self.blocking_calls
+        out = np.zeros(len(t), dtype=bool)
+        if calls.empty:
+            return out
+        call_pid = calls["global_tid"].to_numpy() & PID_MASK
+        for process in np.unique(call_pid):  # processes, not events
+            s, e = intervals.merge(calls["start"].to_numpy()[call_pid == process],
+                                   calls["end"].to_numpy()[call_pid == process])
+            mine = np.flatnonzero(pid == process)
+            block = np.searchsorted(s, t[mine], side="left") - 1  # a call that began before t ...
+            out[mine] = (block >= 0) & (t[mine] <= e[np.maximum(block, 0)])  # ... and had not returned
+        return out
+
+    @cached_property
+    def blocking_calls(self) -> pd.DataFrame:
+        """Runtime/driver calls in which the host waited for the GPU, on threads that launch GPU work:
+        synchronising calls and blocking copies by name, and any call with a CUPTI synchronisation
+        record of a host-blocking type."""
+        runtime = self.profile.runtime
+        ids = np.concatenate((self.runtime_ids_matching(SYNC_CALL), self.runtime_ids_matching(BLOCKING_COPY_CALL)))
+        blocking = np.isin(runtime["name_id"].to_numpy(), ids)
+        sync = self.profile.sync
+        waits = sync[np.isin(sync["sync_type"].to_numpy(), HOST_BLOCKING_SYNC_TYPES)]
+        pid = runtime["global_tid"].to_numpy() & PID_MASK
+        wait_keys, call_keys = packed_keys(waits["global_pid"].to_numpy(), waits["correlation_id"].to_numpy(),
+                                           pid, runtime["correlation_id"].to_numpy())
+        waited = contains(np.unique(wait_keys), call_keys)
+        blocking |= waited & ~np.isin(runtime["name_id"].to_numpy(), self.runtime_ids_matching(GPU_SIDE_WAIT))
+        launchers = np.unique(self.ctx.work["api_tid"].to_numpy())
+        blocking &= np.isin(runtime["global_tid"].to_numpy(), launchers)
+        return runtime[blocking]
 
     @cached_property
     def selected_rows(self) -> pd.DataFrame:
@@ -136,20 +205,58 @@ class Facts:
         return rows[rows["kind"].to_numpy() == KERNEL]
 
     def gpu_bound_ns(self, rows: pd.DataFrame) -> float:
-        """Typical per-iteration time of `rows` during which the device had more work queued.
+        """Typical per-iteration time of `rows` on the step's critical path: while the device had more
+        work queued, or while the host waited for it in a synchronising call.
 
         Making those ops faster shortens the step; the rest of their time the device would only
         wait longer for the host. Time, not a sum of durations: ops running at once (streams,
         devices) count once, so the figure never exceeds the iteration's GPU work.
         """
-        queued = rows["next_queued"].to_numpy()
-        iteration = rows["iteration"].to_numpy()[queued]
+        critical = rows["next_queued"].to_numpy() | rows["host_blocked"].to_numpy()
+        iteration = rows["iteration"].to_numpy()[critical]
         first, count = self.iterations.start, len(self.aggregated)
         if count == 0:
             return 0.0
         group = np.where((iteration >= first) & (iteration < first + count), iteration - first, -1)
-        per = union_by_group(group, rows["start"].to_numpy()[queued], rows["end"].to_numpy()[queued], count)
+        per = union_by_group(group, rows["start"].to_numpy()[critical], rows["end"].to_numpy()[critical], count)
         return float(np.median(per))
+
+    # ---- what the run already does ----
+
+    @cached_property
+    def kernel_names(self) -> pd.Series:
+        """Demangled name per kernel-name id of the aggregated iterations' kernels."""
+        ids = np.unique(self.selected_kernels["name_id"].to_numpy())
+        return pd.Series(self.profile.strings.decode(pd.Series(ids)).to_numpy(dtype=object), index=ids)
+
+    def _share_of_kernels(self, ids: np.ndarray) -> tuple[int, int]:
+        """(kernels among `ids` launched in the aggregated iterations, all kernels launched there)."""
+        kernels = self.selected_kernels
+        return int(np.isin(kernels["name_id"].to_numpy(), ids).sum()), len(kernels)
+
+    @cached_property
+    def triton_kernels(self) -> tuple[int, int]:
+        """(Triton kernels, all kernels) of the aggregated iterations: torch.compile (Inductor) already ran."""
+        names = self.kernel_names
+        short = pd.Series(self.kernel_labels.reindex(names.index).fillna("").to_numpy(dtype=object), dtype=object)
+        triton = short.str.contains(TRITON_KERNEL, regex=True).to_numpy() | pd.Series(
+            names.to_numpy(dtype=object), dtype=object).str.contains(TRITON_KERNEL, regex=True).to_numpy()
+        return self._share_of_kernels(names.index.to_numpy()[triton])
+
+    @cached_property
+    def graph_launched(self) -> tuple[int, int]:
+        """(kernels launched by a CUDA graph launch, all kernels) of the aggregated iterations."""
+        kernels = self.selected_kernels
+        ids = self.runtime_ids_matching(GRAPH_LAUNCH_CALL)
+        api = self.ctx.work["api_name_id"].to_numpy()[self.ctx.work.index.get_indexer(kernels.index)]
+        return int(np.isin(api, ids).sum()), len(kernels)
+
+    @cached_property
+    def emit_nvtx_ranges(self) -> int:
+        """NVTX ranges recorded by PyTorch's emit_nvtx (their names carried seq/op_id/sizes)."""
+        emit = self.profile.nvtx_names["emit"]
+        ids = emit.index[emit.to_numpy(dtype=bool)].to_numpy()
+        return int(np.isin(self.profile.nvtx["text_id"].to_numpy(), ids).sum()) if len(ids) else 0
 
     @cached_property
     def host_wait_gaps(self) -> tuple[np.ndarray, np.ndarray]:
@@ -183,15 +290,31 @@ class Facts:
         generic = pd.Series(short).str.fullmatch(r"(?i)(?:device_)?kernel\d*|").to_numpy(dtype=bool)
         return pd.Series(np.where(generic, long, short), index=kernels["name_id"].to_numpy())
 
+    def short_ids(self, kernels: pd.DataFrame) -> np.ndarray:
+        """Short-name id of each of these kernel rows: a kernel's identity (the kernel report's rows)."""
+        return self.ctx.short_name_ids(kernels["name_id"].to_numpy())
+
     def top_kernels(self, kernels: pd.DataFrame, limit: int = 3, total: float | None = None) -> tuple[str, pd.Series]:
-        """The kernels with most GPU time among `kernels`: ('name (share), ...', time per name id)."""
-        time = kernels.groupby("name_id", sort=False)["dur"].sum().sort_values(ascending=False, kind="stable")
+        """The kernels (by short name, as the kernel report) with most GPU time among `kernels`:
+        ('name (share), ...', time per short-name id)."""
+        short = self.short_ids(kernels)
+        time = pd.Series(kernels["dur"].to_numpy(), index=short).groupby(level=0, sort=False).sum()
+        time = time.sort_values(ascending=False, kind="stable")
+        # a short name's label: the kernel report's (its first demangled name's label when the short one is generic)
+        first = pd.Series(kernels["name_id"].to_numpy(), index=short).groupby(level=0, sort=False).first()
+        labels = self.kernel_labels.reindex(first.to_numpy()).fillna("").to_numpy(dtype=object)
+        label = pd.Series(labels, index=first.index)
         whole = float(time.sum()) if total is None else total
         # (zero-length kernels only: no share to show, rather than a division by zero)
-        shown = [f"{self.kernel_labels.get(i, str(i))}" + (f" ({100.0 * t / whole:.1f}%)" if whole > 0 else "")
+        shown = [f"{label.get(i, str(i))}" + (f" ({100.0 * t / whole:.1f}%)" if whole > 0 else "")
                  for i, t in time.iloc[:limit].items()]
         more = len(time) - limit
         return "; ".join(shown) + (f"; and {more} more" if more > 0 else ""), time
+
+    def label_of(self, kernels: pd.DataFrame, short_id: int) -> str:
+        """The kernel report's name of the kernel with this short-name id among `kernels`."""
+        rows = kernels["name_id"].to_numpy()[self.short_ids(kernels) == short_id]
+        return str(self.kernel_labels.get(rows[0], short_id)) if len(rows) else str(short_id)
 
     def ops_of(self, rows: pd.DataFrame, limit: int = 5) -> str:
         """Ops that launched `rows` (rows of `gpu_rows`) as 'Op ID direction', most GPU time first; empty

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..timeline.iterations import near_names
-from .base import HIGH, Finding, detector, iteration_list, ms, quoted, require
+from .base import HIGH, Finding, detector, iteration_list, ms, plural, quoted, require
 from .facts import Facts
 
 # Fewer aggregated iterations than this give no median that could call the others outliers.
@@ -17,6 +17,10 @@ VARIATION_MIN_ITERATIONS = 4
 VARIATION_OUTLIER_FACTOR = 1.5
 # A proposed steady range keeps at least this many iterations, or it is not worth proposing.
 VARIATION_MIN_STEADY = 3
+# An iteration whose host-side time is this much shorter than its iteration time (which follows the
+# GPU when the GPU lags) is one where the host ran ahead and filled the launch queue (the summary's
+# note uses the same 10 %).
+QUEUE_FILLING_SHARE = 0.10
 
 
 @detector("key_node")
@@ -58,7 +62,14 @@ def key_node_not_found(facts: Facts) -> list[Finding]:
 
 @detector("iteration_variation")
 def iteration_variation(facts: Facts) -> list[Finding]:
-    """Warm-up or outlier iterations in the aggregated range; proposes a steady range."""
+    """Warm-up or outlier iterations in the aggregated range; proposes a steady range.
+
+    Judged on the iteration times, which follow the GPU whenever it lags (each iteration ends with
+    the GPU work launched in it: ``model.Iterations``): when the host runs ahead of the GPU, its
+    first iterations only fill the launch queue (their host-side times are short, the GPU's are
+    not), so host-side times would call the steady phase an outlier and propose the queue-filling
+    phase as the steady range. A range that lies within the queue-filling phase is never proposed.
+    """
     its = facts.iterations
     require(its.found, "iterations (the key node was not found)")
     durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
@@ -76,20 +87,32 @@ def iteration_variation(facts: Facts) -> list[Finding]:
     inner = numbers[steady][outlier[steady]]
     if last - first + 1 < VARIATION_MIN_STEADY:
         return []
+    filling = facts.cpu_side < (1.0 - QUEUE_FILLING_SHARE) * durations  # the host ran ahead: the queue filled
+    if filling[steady].all() and not filling.all():  # not the steady state
+        return []
     stake = float(durations.mean() - durations[steady].mean())
     slow = numbers[outlier]
     took = (ms(durations[outlier].max()) if len(slow) == 1
             else f"{ms(durations[outlier].min())} to {ms(durations[outlier].max())}")
-    evidence = (f"median iteration {ms(median)}; iteration{'s' if len(slow) > 1 else ''} {iteration_list(slow)} "
-                f"take{'s' if len(slow) == 1 else ''} {took} (more than "
-                f"{VARIATION_OUTLIER_FACTOR}x the median); mean over {its.start}-{its.stop}: {ms(durations.mean())}, "
-                f"over {numbers[first]}-{numbers[last]}: {ms(durations[steady].mean())} "
+    evidence = (f"iteration times (each to the later of its key-node range's end and its GPU work's end: the GPU's "
+                f"pace wherever the host ran ahead): median {ms(median)}; "
+                f"iteration{'s' if len(slow) > 1 else ''} {iteration_list(slow)} take{'s' if len(slow) == 1 else ''} "
+                f"{took} (more than {VARIATION_OUTLIER_FACTOR}x the median); mean over {its.start}-{its.stop}: "
+                f"{ms(durations.mean())}, over {numbers[first]}-{numbers[last]}: {ms(durations[steady].mean())} "
                 "(summary: Average Iteration Time, Iteration Time Standard Deviation)")
+    if filling.any():
+        evidence += (f"; the host ran ahead of the GPU in iterations {iteration_list(numbers[filling])} (host-side "
+                     "time more than 10% shorter than the iteration time: the launch queue filled)")
     if first > 0 or last < len(durations) - 1:
+        cut = [f"{iteration_list(numbers[:first])} before it" if first > 0 else "",
+               f"{iteration_list(numbers[last + 1:])} after it" if last < len(durations) - 1 else ""]
         recommendation = (f"Aggregate the steady iterations only: --iter_start={numbers[first]} "
-                          f"--iter_stop={numbers[last]}. Early iterations include start-up work (CUDA context and "
-                          "library initialisation, memory allocation, cuDNN autotuning) that later steps do not "
-                          "repeat.")
+                          f"--iter_stop={numbers[last]}. This range was chosen on the iteration times, which follow "
+                          "the GPU wherever the host ran ahead (the pace the step really runs at): it leaves out "
+                          "iterations "
+                          f"{' and '.join(c for c in cut if c)}, which take more than {VARIATION_OUTLIER_FACTOR}x "
+                          f"the median. Early iterations include start-up work (CUDA context and library "
+                          "initialisation, memory allocation, cuDNN autotuning) that later steps do not repeat.")
         if len(inner):
             recommendation += (f" Iterations {iteration_list(inner)} stay inside that range: look for periodic work "
                                 "there (logging, checkpoints, evaluation, garbage collection).")
@@ -101,7 +124,8 @@ def iteration_variation(facts: Facts) -> list[Finding]:
     return [Finding(
         detector="iteration_variation",
         problem=(f"The aggregated iteration range of {its.start} to {its.stop} contains a lot of variation: "
-                 f"{int(outlier.sum())} iteration(s) take more than {VARIATION_OUTLIER_FACTOR}x the median"),
+                 f"{plural(int(outlier.sum()), 'iteration')} take{'s' if outlier.sum() == 1 else ''} more than "
+                 f"{VARIATION_OUTLIER_FACTOR}x the median"),
         recommendation=recommendation,
         evidence=evidence,
         time_at_stake_ns=stake,

@@ -5,10 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..reader.schema import PID_MASK
 from ..timeline import intervals
-from ..timeline.correlate import contains, packed_keys
-from .base import Finding, detector, iteration_list, ms, pct, rate, require
+from .base import Finding, detector, iteration_list, ms, pct, plural, rate, require
 from .facts import Facts
 
 # Fewer GPU operations per iteration than this cannot add up to a launch problem, and CUDA
@@ -25,16 +23,6 @@ LAUNCH_BOUND_MIN_SHARE = 0.2
 # cudaLaunchKernel); a typical kernel shorter than that cannot hide the next op's host cost.
 LAUNCH_SHORT_KERNEL_NS = 50_000
 
-# Host calls that wait for the GPU (runtime and driver API, without nsys' _vNNNN suffix).
-SYNC_CALL = r"cu(?:da)?(?:Device|Ctx|Stream|Event)Synchroni[sz]e"
-# Copies without "Async" return only when the copy is done.
-BLOCKING_COPY_CALL = r"cudaMemcpy(?:2D|3D|Peer)?(?:ToSymbol|FromSymbol)?|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer)?(?:_v2)?"
-# ENUM_CUPTI_SYNC_TYPE values where the host waits: 1 event sync, 3 stream sync, 4 context
-# sync (2, stream-wait-event, is a GPU-side wait that does not block the host).
-HOST_BLOCKING_SYNC_TYPES = (1, 3, 4)
-# Calls that only make a stream wait on the GPU. nsys 2022.4 labels their CUPTI records as
-# stream syncs (type 3) in our recordings, so they are excluded by name.
-GPU_SIDE_WAIT = r"cu(?:da)?StreamWaitEvent"
 # Below this share of the iteration, a sync is not worth removing (noise level between steps).
 SYNC_MIN_SHARE = 0.02
 
@@ -60,23 +48,20 @@ def launch_bound(facts: Facts) -> list[Finding]:
     api_median = float(np.median((kernels["api_end"] - kernels["api_start"]).to_numpy()[has_api]))
     per = facts.per_iteration(waited, iteration)
     durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
-    frequent = (kernels.groupby("name_id", sort=False)["dur"].agg(["size", "median"])
+    frequent = (kernels["dur"].groupby(facts.short_ids(kernels), sort=False).agg(["size", "median"])
                 .sort_values("size", ascending=False, kind="stable"))
-    names = "; ".join(f"{facts.kernel_labels.get(i, str(i))} (x{int(r['size'])}, median {ms(r['median'])})"
+    names = "; ".join(f"{facts.label_of(kernels, i)} (x{int(r['size'])}, median {ms(r['median'])})"
                       for i, r in frequent.iloc[:3].iterrows())
+    advice, done = launch_advice(facts)
     return [Finding(
         detector="launch_bound",
         problem=(f"The step is launch bound: the GPU waits for the host between short operations for "
                  f"{pct(stake, typical)} of a typical iteration"),
-        recommendation=("Cut the number of launches and their host cost: capture the step in a CUDA graph "
-                        "(torch.cuda.CUDAGraph / torch.compile(mode='reduce-overhead')), fuse small ops "
-                        "(torch.compile, fused optimizers: foreach=True / fused=True), and give each launch more "
-                        "work with a larger batch. Remove debugging hooks (autograd anomaly detection, "
-                        "emit_nvtx) when not profiling."),
+        recommendation=advice,
         evidence=(f"per typical iteration: {per_iteration_rows:.0f} GPU operations, {ms(stake)} of GPU idle time in "
                   f"gaps shorter than {ms(LAUNCH_GAP_MAX_NS)} before an op whose launch call had not returned yet; "
                   f"median kernel {ms(kernel_median)}, median launch call {ms(api_median)} (iteration report: "
-                  "GPU Duration, API Call Time)"),
+                  f"GPU Duration, API Call Time); {done}"),
         time_at_stake_ns=stake,
         estimate=("upper bound: median per-iteration GPU idle time in short gaps where the GPU waited for the "
                   "next launch; a CUDA graph issues the whole step at once and removes at most this"),
@@ -85,21 +70,34 @@ def launch_bound(facts: Facts) -> list[Finding]:
     )]
 
 
-def blocking_calls(facts: Facts) -> pd.DataFrame:
-    """Runtime/driver calls in which the host waited for the GPU, on threads that launch GPU work."""
-    runtime = facts.profile.runtime
-    ids = np.concatenate((facts.runtime_ids_matching(SYNC_CALL), facts.runtime_ids_matching(BLOCKING_COPY_CALL)))
-    blocking = np.isin(runtime["name_id"].to_numpy(), ids)
-    sync = facts.profile.sync
-    waits = sync[np.isin(sync["sync_type"].to_numpy(), HOST_BLOCKING_SYNC_TYPES)]
-    pid = runtime["global_tid"].to_numpy() & PID_MASK
-    wait_keys, call_keys = packed_keys(waits["global_pid"].to_numpy(), waits["correlation_id"].to_numpy(),
-                                       pid, runtime["correlation_id"].to_numpy())
-    waited = contains(np.unique(wait_keys), call_keys)
-    blocking |= waited & ~np.isin(runtime["name_id"].to_numpy(), facts.runtime_ids_matching(GPU_SIDE_WAIT))
-    launchers = np.unique(facts.ctx.work["api_tid"].to_numpy())
-    blocking &= np.isin(runtime["global_tid"].to_numpy(), launchers)
-    return runtime[blocking]
+def launch_advice(facts: Facts) -> tuple[str, str]:
+    """(recommendation, evidence) for a launch-bound step: only what the profile shows is not done yet.
+
+    CUDA graphs are not advised to a run whose kernels are already launched by graphs, torch.compile
+    not to one whose kernels are Triton kernels (Inductor), removing emit_nvtx only where the profile
+    has emit_nvtx ranges; the evidence says what was checked.
+    """
+    graphed, kernels = facts.graph_launched
+    triton, _ = facts.triton_kernels
+    emit = facts.emit_nvtx_ranges
+    steps = []
+    if graphed < kernels / 2:
+        steps.append("capture the step in a CUDA graph (torch.cuda.CUDAGraph"
+                     + (")" if triton else " / torch.compile(mode='reduce-overhead'))"))
+    else:
+        steps.append("put more of the step into the CUDA graphs it already replays (work outside them still "
+                     "pays a launch each)")
+    if triton:
+        steps.append("fuse more of the remaining small ops (fused optimizers: foreach=True / fused=True)")
+    else:
+        steps.append("fuse small ops (torch.compile, fused optimizers: foreach=True / fused=True)")
+    steps.append("give each launch more work with a larger batch")
+    advice = "Cut the number of launches and their host cost: " + ", ".join(steps[:-1]) + ", and " + steps[-1] + "."
+    advice += (" Remove debugging hooks (autograd anomaly detection, emit_nvtx) when not profiling." if emit
+               else " Remove debugging hooks (autograd anomaly detection) when not profiling.")
+    done = (f"{graphed:,} of {kernels:,} kernels launched by CUDA graphs (cudaGraphLaunch); {triton:,} Triton kernels "
+            f"(torch.compile/Inductor); {emit:,} emit_nvtx ranges")
+    return advice, done
 
 
 @detector("host_sync")
@@ -107,7 +105,7 @@ def host_sync(facts: Facts) -> list[Finding]:
     """cudaDeviceSynchronize / cudaStreamSynchronize / blocking copies inside the step."""
     require(len(facts.profile.runtime) > 0, "CUDA API calls (the export has no runtime API table)")
     require(len(facts.ctx.work) > 0, "GPU work")
-    calls = blocking_calls(facts).sort_values("start", kind="stable")
+    calls = facts.blocking_calls.sort_values("start", kind="stable")
     its = facts.iterations
     iteration = its.assign(calls["start"].to_numpy())
     chosen = its.in_selection(iteration)
@@ -142,13 +140,14 @@ def host_sync(facts: Facts) -> list[Finding]:
     durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
     return [Finding(
         detector="host_sync",
-        problem=(f"The host waits for the GPU inside the step ({len(calls)} blocking calls in {n_iter} "
-                 "iterations), which empties the launch queue: the GPU then idles until the host issues new work"),
+        problem=(f"The host waits for the GPU inside the step ({plural(len(calls), 'blocking call')} in "
+                 f"{plural(n_iter, 'iteration')}), which empties the launch queue: the GPU then idles until the host "
+                 "issues new work"),
         recommendation=("Keep the host ahead of the GPU: avoid .item(), .cpu(), .numpy(), print(tensor) and "
                         "torch.cuda.synchronize() in the step (accumulate losses/metrics on the GPU and read them "
                         "every N steps), copy results with non_blocking=True into pinned memory and wait on a CUDA "
                         "event only when the value is needed; torch.cuda.set_sync_debug_mode('warn') finds the calls."),
-        evidence=f"{listed} (CUDA API calls of the launching thread in iterations {facts.iteration_text})",
+        evidence=f"{listed} (CUDA API calls of the launching thread in {facts.iterations_label})",
         time_at_stake_ns=stake,
         estimate=("per call, the smaller of the host's wait and the time the GPU then waits for the host (up to "
                   "the next blocking call or the iteration end): the host could have been that much further "

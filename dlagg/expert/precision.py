@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
+from .base import MIN_STAKE_NS, Finding, detector, iteration_list, ms, pct, require
 from .facts import Facts
 
 # Kernels doing GEMM/convolution math, the work Tensor Cores accelerate (cuDNN conv engines,
@@ -35,8 +35,12 @@ BF16_MIN_CC = 8
 # Fire when most of the eligible GPU time is not at reduced precision on Tensor Cores: a run
 # with AMP keeps only leftovers in FP32 (resnet_amp: 1% of eligible time), one without has all.
 AMP_MIN_SHARE = 0.5
-# ... and when the estimated saving is at least this share of the iteration.
-AMP_MIN_STAKE = MEDIUM_SHARE
+# ... and when the estimated saving is measurable at all: the report's general minimum (MIN_STAKE_NS,
+# what it shows as at least 0.001 ms). There is no threshold relative to the iteration, as DLProf
+# had none: it advised AMP to small FP32 models too. Enabling AMP is a few lines, and the finding's
+# severity (from the stake's share of the iteration) tells a model where it matters from one where
+# it hardly does.
+AMP_MIN_STAKE_NS = MIN_STAKE_NS
 # Speed-up assumed for FP32 (FFMA) GEMM/conv kernels moved to FP16/bf16 Tensor Cores. NVIDIA's
 # mixed-precision training guide reports up to 3x for whole networks; the GEMM/conv kernels
 # themselves gain more (H100 dense FP16 Tensor Core peak is ~15x its FP32 FFMA peak), so 3x on
@@ -82,6 +86,7 @@ class OpLevel:
     share: float = 0.0  # their share of the eligible ops' kernel time
     names: str = ""  # "CONV2D_4 bprop, ..." (Op ID and direction, most kernel time first)
     types: str = ""  # their op types
+    utilization: float | None = None  # the summary's Tensor Core Kernel Utilization % (None: no eligible kernel)
 
 
 def _op_level(facts: Facts, kernels: pd.DataFrame) -> OpLevel:
@@ -101,6 +106,7 @@ def _op_level(facts: Facts, kernels: pd.DataFrame) -> OpLevel:
         count=len(not_using),
         eligible=len(per_op),
         share=float(not_using["kernel_time"].sum()) / total if total else 0.0,
+        utilization=100.0 * float(per_op["tc_kernel_time"].sum()) / total if total else None,
         names=", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else ""),
         types=", ".join(sorted(set(ops["op_type"].astype(str)))),
     )
@@ -127,8 +133,10 @@ def amp(facts: Facts) -> list[Finding]:
     eligible = kernels[np.isin(name_id, ids[math | uses_tc])]
     fp32 = kernels[np.isin(name_id, ids[math & ~uses_tc])]
     tf = kernels[np.isin(name_id, ids[tf32 & uses_tc])]
+    half = kernels[np.isin(name_id, ids[math & uses_tc & ~tf32])]  # GEMM/convolution at 16 bits on Tensor Cores
     eligible_time = float(eligible["dur"].sum())
     slow_time = float(fp32["dur"].sum() + tf["dur"].sum())
+    half_time = float(half["dur"].sum())
     ops = _op_level(facts, kernels)
     kernel_share = slow_time / eligible_time if eligible_time else 0.0
     if kernel_share < AMP_MIN_SHARE and ops.share < AMP_MIN_SHARE:
@@ -140,13 +148,18 @@ def amp(facts: Facts) -> list[Finding]:
     fp32_bound = facts.gpu_bound_ns(fp32)
     tf32_bound = facts.gpu_bound_ns(tf)
     stake = fp32_bound * (1 - 1 / FP32_TO_TC_SPEEDUP) + tf32_bound * (1 - 1 / TF32_TO_HALF_SPEEDUP)
-    if stake < AMP_MIN_STAKE * facts.typical_iteration_ns:
+    if stake < AMP_MIN_STAKE_NS:
         return []
     slow = pd.concat([fp32, tf])
     text, _ = facts.top_kernels(slow, limit=5, total=float(kernels["dur"].sum()))
     gpu_name = ", ".join(sorted(set(gpus["name"].astype(str))))
     cc_text = f"{cc}.{int(gpus['cc_minor'].min())}"
-    if cc >= BF16_MIN_CC:
+    if half_time > 0:  # mixed precision is on already: advise the leftovers, not AMP from scratch
+        recommendation = ("Mixed precision is already on for part of the math: bring these kernels' ops under it too. "
+                          "Run them inside the autocast region (ops outside it, custom ops, and ops autocast keeps in "
+                          "FP32 stay FP32), keep their shapes multiples of 8, and let cuDNN pick Tensor Core "
+                          "algorithms (torch.backends.cudnn.benchmark = True).")
+    elif cc >= BF16_MIN_CC:
         recommendation = ("Enable automatic mixed precision with bf16: run the forward pass and loss under "
                           "torch.autocast('cuda', dtype=torch.bfloat16) (no GradScaler needed); TensorFlow: "
                           "mixed_precision.set_global_policy('mixed_bfloat16'). Where FP32 must stay, at least allow "
@@ -157,15 +170,18 @@ def amp(facts: Facts) -> list[Finding]:
                           "with torch.amp.GradScaler; TensorFlow: mixed_precision.set_global_policy('mixed_float16'). "
                           "See https://developer.nvidia.com/automatic-mixed-precision")
     n_iter = len(facts.aggregated)
-    n_slow = len(np.unique(slow["name_id"].to_numpy()))
+    n_slow = len(np.unique(facts.short_ids(slow)))
     named_fp32 = float(fp32["dur"].sum() - unnamed["dur"].sum())
     evidence = (f"{gpu_name} (compute capability {cc_text}) has Tensor Cores; of {ms(eligible_time / n_iter)} of "
                 f"GEMM/convolution kernel time per iteration, {pct(named_fp32, eligible_time)} runs without Tensor "
                 "Cores")
     if len(tf):
         evidence += f" and {pct(float(tf['dur'].sum()), eligible_time)} in TF32"
-    evidence += (f" (kernel report: Uses TC; {n_slow} distinct kernels); {ms(fp32_bound + tf32_bound)} of them per "
-                 "typical iteration with GPU work queued behind them")
+    evidence += (f", {pct(half_time, eligible_time)} at 16 bits on Tensor Cores ("
+                 + ("mixed precision is on: AMP is not advised from scratch" if half_time > 0 else "none: AMP is off")
+                 + f"; kernel report: Uses TC; {n_slow} distinct kernels not at 16 bits); "
+                 f"{ms(fp32_bound + tf32_bound)} of them per typical iteration on the critical path (GPU work queued "
+                 "behind them, or the host waiting for them)")
     problem = (f"{n_slow} kernels were eligible to use Tensor Cores at reduced precision but run in "
                f"{'FP32' if not len(tf) else 'FP32/TF32'}: {pct(slow_time, eligible_time)} of the GEMM/convolution "
                "GPU time")
@@ -173,6 +189,8 @@ def amp(facts: Facts) -> list[Finding]:
         evidence += (f"; tensor report: {ops.count} of {ops.eligible} Tensor-Core-eligible ops ({ops.types}) use no "
                      f"Tensor Core kernel, {ops.share:.1%} of the eligible ops' kernel time")
         problem = f"{ops.count} ops were eligible to use Tensor Cores but none of their kernels do; {problem}"
+    if ops.utilization is not None:
+        evidence += f"; summary: Tensor Core Kernel Utilization % {ops.utilization:.1f}"
     per = facts.per_iteration(slow["dur"].to_numpy(), slow["iteration"].to_numpy())
     return [Finding(
         detector="amp",
@@ -180,7 +198,7 @@ def amp(facts: Facts) -> list[Finding]:
         recommendation=recommendation,
         evidence=evidence,
         time_at_stake_ns=stake,
-        estimate=(f"their median per-iteration GPU time with work queued behind them, times (1 - 1/"
+        estimate=(f"their median per-iteration GPU time on the critical path, times (1 - 1/"
                   f"{FP32_TO_TC_SPEEDUP:g}) for FP32 kernels and (1 - 1/{TF32_TO_HALF_SPEEDUP:g}) for TF32 ones "
                   f"(assumed speed-ups on Tensor Cores at 16-bit precision)"),
         iterations=iteration_list(facts.aggregated[per > 0]),

@@ -46,29 +46,36 @@ IDLE_ADVICE = {
 
 @detector("underutilized_gpu")
 def underutilized_gpu(facts: Facts) -> list[Finding]:
-    """DLProf's underutilized_gpu_detector: share of each step with no GPU work, and what fills it."""
+    """DLProf's underutilized_gpu_detector: the summary's GPU Utilization %, and what fills the idle time."""
     require(len(facts.profile.kernels) > 0, "GPU kernels (the export has no CUDA kernel table)")
     bd = facts.breakdown
-    gpu = (bd["tc_kernel"] + bd["kernel"] + bd["memory"]).to_numpy(dtype=np.float64)
     duration = bd["duration"].to_numpy(dtype=np.float64)
-    busy_share = float(np.median(gpu / np.maximum(duration, 1.0)))
-    if busy_share >= UNDERUTILIZED_MAX_BUSY:
+    wall = float(duration.sum())
+    busy = bd["gpu_busy"].to_numpy(dtype=np.float64)
+    # The summary's GPU Utilization % (time with a kernel running, averaged over the GPUs: one figure,
+    # one definition), of each iteration; the median decides, so warm-up steps do not.
+    per_iteration = busy / np.maximum(duration, 1.0)
+    utilization = float(np.median(per_iteration))
+    overall = float(busy.sum()) / wall if wall else 0.0
+    if utilization >= UNDERUTILIZED_MAX_BUSY:
         return []
+    gpu = (bd["tc_kernel"] + bd["kernel"] + bd["memory"]).to_numpy(dtype=np.float64)
     typical = {name: float(np.median(bd[name].to_numpy())) for name in IDLE_CLASSES}
     largest = max(typical, key=lambda name: typical[name])
     idle = float(np.median(duration - gpu))
-    wall = float(duration.sum())
-    low = facts.aggregated[gpu / np.maximum(duration, 1.0) < UNDERUTILIZED_MAX_BUSY]
+    low = facts.aggregated[per_iteration < UNDERUTILIZED_MAX_BUSY]
     parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in sorted(typical, key=typical.get, reverse=True))
     summary = ", ".join(f"{CLASS_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
     return [Finding(
         detector="underutilized_gpu",
-        problem=(f"The GPU is underutilized: only {busy_share:.1%} of a typical iteration has GPU work (kernels or "
-                 f"copies) running; the largest part of the idle time is {IDLE_CLASSES[largest]}"),
+        problem=(f"The GPU is underutilized: GPU Utilization is {utilization:.1%} in a typical iteration (share of "
+                 f"the time with a kernel running, averaged over GPUs); the largest part of the time without GPU "
+                 f"work is {IDLE_CLASSES[largest]}"),
         recommendation=IDLE_ADVICE[largest],
-        evidence=(f"median iteration {ms(float(np.median(duration)))}: GPU work {ms(float(np.median(gpu)))}, idle "
-                  f"{ms(idle)} ({parts}); over iterations {facts.iteration_text} (summary): GPU Utilization "
-                  f"{pct(bd['gpu_busy'].sum(), wall)}, {summary}"),
+        evidence=(f"GPU Utilization of the median iteration {utilization:.1%}; summary over {facts.iterations_label}: "
+                  f"GPU Utilization {overall:.1%}, {summary}; "
+                  f"median iteration {ms(float(np.median(duration)))}: kernels or copies running "
+                  f"{ms(float(np.median(gpu)))}, neither running {ms(idle)} ({parts})"),
         time_at_stake_ns=idle,
         estimate=("upper bound: median time per iteration with no kernel or copy running; a step cannot get "
                   "shorter than its GPU work"),
@@ -102,10 +109,15 @@ def input_pipeline(facts: Facts) -> list[Finding]:
     counts = ids.groupby(texts).sum().sort_values(ascending=False)
     named = ", ".join(f"'{n}' x{c}" for n, c in counts.items())
     dali = any("dali" in str(n).lower() for n in counts.index)
+    # DLProf said "No DALI ops detected" for every run without DALI. For PyTorch that is advice
+    # only where loading is exposed (this finding): DataLoader workers fix most input pipelines, and
+    # DALI pays off for decoding and augmentation heavy ones, so it is named as the next step here.
     recommendation = (f"Load and preprocess batches in background workers so the GPU never waits: "
                       f"DataLoader(num_workers>={workers}, pin_memory=True, persistent_workers=True, "
                       "prefetch_factor=2 or more); move per-sample augmentation to the GPU")
-    recommendation += "." if dali else ", or use NVIDIA DALI (no DALI ranges were found)."
+    recommendation += ("; the DALI pipeline's own stages are in the dataloader ranges named above." if dali else
+                       "; if decoding and augmentation stay too slow, NVIDIA DALI runs them on the GPU (no DALI "
+                       "ranges were found).")
     wall = float(duration.sum())
     return [Finding(
         detector="input_pipeline",
@@ -113,7 +125,7 @@ def input_pipeline(facts: Facts) -> list[Finding]:
                  "running on the GPU"),
         recommendation=recommendation,
         evidence=(f"median iteration {ms(float(np.median(duration)))}: {ms(typical_exposed)} in data-loading ranges "
-                  f"with no GPU work; ranges {named} in iterations {facts.iteration_text}; summary: Dataloader "
+                  f"with no GPU work; ranges {named} in {facts.iterations_label}; summary: Dataloader "
                   f"Duration {pct(bd['dataloader'].sum(), wall)}; {workers} worker(s) = loading time / rest of the "
                   "step"),
         time_at_stake_ns=typical_exposed,
@@ -125,7 +137,8 @@ def input_pipeline(facts: Facts) -> list[Finding]:
 
 @detector("dominant_kernels")
 def dominant_kernels(facts: Facts) -> list[Finding]:
-    """A few kernels take most of the GPU time: say which, with their share."""
+    """A few kernels take most of the GPU time: say which, with their share of the GPU time and of the
+    wall clock (a synchronous run whose time is one kernel is all that kernel)."""
     kernels = facts.selected_kernels
     require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
     # Communication kernels spend their time moving data and waiting for other ranks: the
@@ -139,26 +152,38 @@ def dominant_kernels(facts: Facts) -> list[Finding]:
     share = float(time.iloc[:DOMINANT_TOP].sum()) / total if total else 0.0
     if share < DOMINANT_SHARE:
         return []
-    top = kernels[np.isin(kernels["name_id"].to_numpy(), top_ids)]
+    top = kernels[np.isin(facts.short_ids(kernels), top_ids)]
     stake = facts.gpu_bound_ns(top)
     if stake < DOMINANT_MIN_STAKE * facts.typical_iteration_ns:
         return []
+    wall = float(facts.breakdown["duration"].to_numpy(dtype=np.float64).sum())
+    top_time = float(time.iloc[:DOMINANT_TOP].sum())
+    on_wall = [f"{facts.label_of(top, i)} {pct(t, wall)}" for i, t in time.iloc[:DOMINANT_TOP].items()]
     ops = facts.ops_of(top)
     short = text.split("; and ")[0]
+    tc_rows = pd.Series(facts.ctx.uses_tc(top["name_id"].to_numpy()), index=facts.short_ids(top))
+    uses_tc = tc_rows.groupby(level=0).any().to_numpy(dtype=bool)
+    steps = []
+    if not uses_tc.all():
+        steps.append("check that they use Tensor Cores at reduced precision (kernel report, Uses TC) and that their "
+                     "shapes are multiples of 8")
+    steps += ["try torch.backends.cudnn.benchmark = True or another algorithm for convolutions",
+              "profile them with Nsight Compute (ncu -k <name>)"]
     return [Finding(
         detector="dominant_kernels",
-        problem=f"{len(top_ids)} kernel(s) take {share:.1%} of the GPU time: {short}",
-        recommendation=("Optimise these first: check that they use Tensor Cores (kernel report, Uses TC) and "
-                        "reduced precision, that their shapes are multiples of 8, try torch.backends.cudnn.benchmark"
-                        " = True or another algorithm, and profile them with Nsight Compute (ncu -k <name>)."),
-        evidence=(f"kernel report over iterations {facts.iteration_text}: {short}; {ms(total / len(facts.aggregated))} "
-                  f"of kernel time per iteration on average, {ms(stake)} of the top kernels' time per typical "
-                  "iteration with more GPU work queued behind them"),
+        problem=(f"{len(top_ids)} kernel(s) take {share:.1%} of the GPU time and {pct(top_time, wall)} of the wall "
+                 f"clock: {short}"),
+        recommendation="Optimise these first: " + "; ".join(steps) + ".",
+        evidence=(f"kernel report over {facts.iterations_label}: {short} of the GPU time; of the wall clock "
+                  f"({ms(wall)}, summary): {'; '.join(on_wall)}; {ms(total / len(facts.aggregated))} of kernel time "
+                  f"per iteration on average, {ms(stake)} of the top kernels' time per typical iteration on the "
+                  f"critical path (more GPU work queued behind them, or the host waiting for them); "
+                  f"{int(uses_tc.sum())} of them use Tensor Cores"),
         time_at_stake_ns=stake,
-        estimate=("upper bound: median per-iteration GPU time of these kernels while the GPU had more work queued "
-                  "(only that part lies on the step's critical path); a 2x faster kernel saves half of it"),
+        estimate=("upper bound: median per-iteration GPU time of these kernels while more GPU work was queued or the "
+                  "host waited for them (only that part lies on the step's critical path); a 2x faster kernel "
+                  "saves half of it"),
         iterations=facts.iteration_text,
         ops=ops,
         kernels=text,
     )]
-

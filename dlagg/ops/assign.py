@@ -53,15 +53,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from ..classify import op_tc_eligible
 from ..errors import OptionsError
 from ..model import Iterations, Profile, categorical, factorize_ids
 from ..reader.schema import PID_MASK
+from ..timeline import intervals
 from ..timeline.correlate import KERNEL
 from ..timeline.iterations import key_name_ids
 from . import markers as mk
@@ -155,28 +157,43 @@ def find_ops(profile: Profile, iterations: Iterations, work: pd.DataFrame, uses_
     keep = same_thread & (end_all > start_all)
     if allowed is not None:
         keep &= np.isin(rng["domain_id"].to_numpy(), allowed)
-    if not keep.any():
-        return empty_ops(len(work), tuple(warnings))
-    seq_ids = factorize_ids(rng["text_id"].to_numpy()[rng["seq"].to_numpy() >= 0])[0]
-    parsed = mk.parse_markers(profile.strings, profile.nvtx_names, seq_ids)
-    found = _instances(profile, iterations, work, parsed, keep)
+    found = None
+    if keep.any():
+        seq_ids = factorize_ids(rng["text_id"].to_numpy()[rng["seq"].to_numpy() >= 0])[0]
+        parsed = mk.parse_markers(profile.strings, profile.nvtx_names, seq_ids)
+        found, loose = _instances(profile, iterations, work, parsed, keep)
+    else:
+        loose = outermost_calls(profile.runtime)  # no range at all: every CUDA call is outside them
+    # A range ending on another thread defines no op, but a call made inside it is inside a range.
+    crossing = ~same_thread & (allowed is None or np.isin(rng["domain_id"].to_numpy(), allowed))
+    if crossing.any() and loose.any():
+        loose &= ~_inside(rng[crossing], profile.runtime)
     if found is None:
-        return empty_ops(len(work), tuple(warnings + ["ops: no NVTX range below the key node defines an op"]))
-    h, paths, linked, work_instance, api_instance = found
-    names = parsed.names
-    op_names = _op_names(h, names, profile)
-    texts = profile.strings.decode(parsed.ids).to_numpy(dtype=object)  # each distinct marker name's text
-    keys, ops = _group(h, linked, op_names, names, texts, paths, profile.meta.domains)
-    h["key"] = keys
-    path_text = _path_texts(h, paths, op_names)
-    instances = _measure(h, names, path_text, work, work_instance, uses_tc, profile.runtime, api_instance)
-    return Ops(instances, ops, work_instance, tuple(warnings))
+        ops = empty_ops(len(work))
+    else:
+        h, paths, linked, work_instance, api_instance = found
+        names = parsed.names
+        op_names = _op_names(h, names, profile)
+        texts = profile.strings.decode(parsed.ids).to_numpy(dtype=object)  # each distinct marker name's text
+        keys, op_table = _group(h, linked, op_names, names, texts, paths, profile.meta.domains)
+        h["key"] = keys
+        path_text = _path_texts(h, paths, op_names)
+        instances = _measure(h, names, path_text, work, work_instance, uses_tc, profile.runtime, api_instance)
+        ops = Ops(instances, op_table, work_instance)
+    ops = _with_unassociated(ops, profile, iterations, work, uses_tc, loose)
+    if found is None:
+        calls = f" (the only ops are the {len(ops.ops)} unassociated_<CUDA call> ops)" if len(ops.ops) else ""
+        warnings.append(f"ops: no NVTX range below the key node defines an op{calls}; record with NVTX ranges (e.g. "
+                        "torch.autograd.profiler.emit_nvtx) to get per-op figures")
+    return replace(ops, warnings=tuple(warnings))
 
 
 def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, parsed: mk.Parsed,
-               keep: np.ndarray) -> tuple[pd.DataFrame, list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+               keep: np.ndarray) -> tuple[tuple[pd.DataFrame, list[str], np.ndarray, np.ndarray, np.ndarray] | None,
+                                          np.ndarray]:
     """The per-range part: op instances (heads), their group paths and backward links, and the
-    instance of every GPU work row and API call; None when no range is an op.
+    instance of every GPU work row and API call (None when no range is an op); and the mask of the
+    CUDA calls outside every range (``outside_every_range``).
 
     Plain arrays only (the NVTX frame is the biggest one: no frame copies of it), each dropped as
     soon as it has been used: one per-range array is 34-68 MB per 8.5 M ranges.
@@ -187,6 +204,9 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
                             for c in ("global_tid", "start", "end")))
     rows_of = forest.order if kept is None else kept[forest.order]
     del kept
+    api = profile.runtime
+    api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
+    loose = outside_every_range(forest, api, api_range)
     names = parsed.names
     name = parsed.codes(rng["text_id"].to_numpy()[rows_of])
     kind = np.append(names["kind"].to_numpy(dtype=np.int8), mk.IGNORE)[name]  # code -1 takes the last slot
@@ -203,7 +223,7 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
     head = _heads(forest, kind)
     heads = np.flatnonzero(head)
     if len(heads) == 0:
-        return None
+        return None, loose
     # instance_at[r]: the op instance of range r's innermost head at or above it (-1: none, also
     # for index -1, "no range", which takes the appended last slot)
     index = index_dtype(len(forest))
@@ -248,10 +268,150 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
                                            work["api_end"].to_numpy()[has_api])
     work_instance = instance_at[work_range].astype(np.int64)
     _adopt_unannotated_launches(forest, heads, work, work_instance)
+    api_instance = instance_at[api_range]
+    return (h, paths, linked, work_instance, api_instance), loose
+
+
+def outermost_calls(api: pd.DataFrame) -> np.ndarray:
+    """Mask of the CUDA API calls not made inside another call of their thread (the CUDA 13 runtime
+    makes driver calls inside cudaLaunchKernel: only the runtime call counts)."""
+    tid, start, end = (api[c].to_numpy() for c in ("global_tid", "start", "end"))
+    outer = np.ones(len(api), dtype=bool)
+    if len(api) < 2:
+        return outer
+    order = np.lexsort((-end, start, tid))  # by thread, then start; the longer of equal starts first
+    t, e = tid[order], end[order]
+    reach = pd.Series(e).groupby(t, sort=False).cummax().to_numpy()
+    same = np.r_[False, t[1:] == t[:-1]]
+    outer[order] = ~(same & (np.r_[0, reach[:-1]] >= e))
+    return outer
+
+
+def outside_every_range(forest: Forest, api: pd.DataFrame, api_range: np.ndarray) -> np.ndarray:
+    """Mask of the outermost CUDA API calls that no NVTX range encloses: none on their thread, and, for
+    a thread without any range (autograd's, a library's worker), none open in their process at the
+    time (such calls belong to what the process is doing then, as their GPU work does)."""
+    loose = (api_range < 0) & outermost_calls(api)
+    tid = api["global_tid"].to_numpy()
+    check = loose & ~np.isin(tid, np.unique(forest.tid))
+    if check.any():
+        pid = tid & PID_MASK
+        range_pid = forest.tid & PID_MASK
+        for process in np.unique(pid[check]):  # processes, not events
+            s, e = intervals.merge(forest.start[range_pid == process], forest.end[range_pid == process])
+            mine = np.flatnonzero(check & (pid == process))
+            if len(s) == 0:
+                continue
+            t = api["start"].to_numpy()[mine]
+            block = np.searchsorted(s, t, side="right") - 1
+            inside = (block >= 0) & (t < e[np.maximum(block, 0)])
+            loose[mine[inside]] = False
+    return loose
+
+
+def _inside(ranges: pd.DataFrame, api: pd.DataFrame) -> np.ndarray:
+    """Mask of the API calls that start inside one of `ranges` on their thread (a few ranges: loop over threads)."""
+    inside = np.zeros(len(api), dtype=bool)
+    tid = api["global_tid"].to_numpy()
+    for thread in np.unique(ranges["global_tid"].to_numpy()):  # threads of a few ranges, not events
+        mine = ranges["global_tid"].to_numpy() == thread
+        s, e = intervals.merge(ranges["start"].to_numpy()[mine], ranges["end"].to_numpy()[mine])
+        if len(s) == 0:  # (only ranges of no length on this thread: nothing starts inside them)
+            continue
+        calls = np.flatnonzero(tid == thread)
+        t = api["start"].to_numpy()[calls]
+        block = np.searchsorted(s, t, side="right") - 1
+        inside[calls[(block >= 0) & (t < e[np.maximum(block, 0)])]] = True
+    return inside
+
+
+UNASSOCIATED = "unassociated_"
+
+
+def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work: pd.DataFrame,
+                       uses_tc: Callable[[np.ndarray], np.ndarray], loose: np.ndarray) -> Ops:
+    """`ops` with DLProf's ops for CUDA calls outside every NVTX range: one op per API name,
+    ``unassociated_<api>`` (op type: the API name; no direction, data type or group path), one call per
+    API call, with the GPU work it launched. They count in All Ops and the group report's
+    ``_CompleteModel_`` row, not under ``/``."""
     api = profile.runtime
-    api_instance = instance_at[forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(),
-                                                api["end"].to_numpy())]
-    return h, paths, linked, work_instance, api_instance
+    calls = np.flatnonzero(loose)
+    # calls outside every iteration window belong to no iteration whatever the range aggregated: no op
+    calls = calls[iterations.assign(api["start"].to_numpy()[calls]) >= 0]
+    if len(calls) == 0:
+        return ops
+    name_id = api["name_id"].to_numpy()[calls]
+    start = api["start"].to_numpy()[calls]
+    end = api["end"].to_numpy()[calls]
+    n_old, base = len(ops.instances), int(ops.ops.index.max()) + 1 if len(ops.ops) else 0
+    # one op per API name, numbered in order of first call
+    first = pd.DataFrame({"name": name_id, "start": start}).groupby("name", sort=False)["start"].min().sort_values(
+        kind="stable")
+    key = base + pd.Series(np.arange(len(first)), index=first.index).reindex(name_id).to_numpy()
+    api_names = profile.strings.decode(first.index.to_numpy()).to_numpy(dtype=object)
+    api_names = np.where(api_names == "", "unknown", api_names)
+    # their GPU work: launched by these calls (and not already an op's)
+    instance_of_row = np.full(len(api) + 1, -1, dtype=np.int64)
+    instance_of_row[calls] = n_old + np.arange(len(calls))
+    work_instance = ops.work_instance.copy()
+    mine = (work_instance < 0) & (work["api_row"].to_numpy() >= 0)
+    work_instance[mine] = instance_of_row[work["api_row"].to_numpy()[mine]]
+    n = len(calls)
+    own = np.where(work_instance >= n_old, work_instance - n_old, -1)
+    w_start, w_end = work["start"].to_numpy(), work["end"].to_numpy()
+    gpu = union_by_group(own, w_start, w_end, n)
+    has = own >= 0
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, own[has], w_start[has])
+    np.maximum.at(hi, own[has], w_end[has])
+    is_kernel = (work["kind"].to_numpy() == KERNEL) & has
+    tc = np.zeros(len(work), dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
+    duration = w_end - w_start
+    cpu = end - start
+    blank = categorical(np.full(n, -1, dtype=np.int64), [])
+    instances = pd.DataFrame({
+        "key": key,
+        "iteration": iterations.assign(start),
+        "start": start,
+        "end": end,
+        "global_tid": api["global_tid"].to_numpy()[calls],
+        "nvtx_row": np.full(n, -1, dtype=np.int64),
+        "emit": np.zeros(n, dtype=bool),
+        "path": blank,  # no group path: not under "/"
+        "data_types": blank,
+        "input_shapes": blank,
+        "stack": blank,
+        "cpu": cpu,
+        "gpu": gpu,
+        "gpu_idle": np.where(hi >= lo, hi - lo, 0) - gpu,
+        "api": cpu,  # the call itself (calls made inside it lie within it)
+        "cpu_overhead": np.zeros(n, dtype=np.int64),
+        "kernels": np.bincount(own[is_kernel], minlength=n),
+        "tc_kernels": np.bincount(own[tc], minlength=n),
+        "kernel_time": np.bincount(own[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
+        "tc_kernel_time": np.bincount(own[tc], weights=duration[tc], minlength=n).astype(np.int64),
+    })
+    table = pd.DataFrame({
+        "op_id": "",
+        "op_name": UNASSOCIATED + api_names,
+        "direction": "",
+        "op_type": api_names,
+        "tc_eligible": False,
+        "first_start": first.to_numpy(),
+        "forward_key": -1,
+        "op_key": "unassociated|" + api_names,
+        "forward_op_key": "",
+        "order": 0,
+    }, index=pd.Index(base + np.arange(len(first)), name="key"))
+    table = pd.concat([ops.ops, table]) if len(ops.ops) else table
+    table["order"] = table["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
+    table["op_id"] = op_ids(table)
+    joined = pd.concat([ops.instances, instances], ignore_index=True)
+    for column in ("path", "data_types", "input_shapes", "stack"):  # categorical: codes, never a string per row
+        joined[column] = union_categoricals([ops.instances[column].array, instances[column].array])
+    return Ops(joined[list(INSTANCE_COLUMNS)], table[ops.ops.columns], work_instance, ops.warnings)
 
 
 def _among(kind: np.ndarray, *kinds: int) -> np.ndarray:
@@ -519,11 +679,11 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames, names: pd.Dat
         "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
     }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
     # Two backward nodes of one forward op with the same name (AMP casts weight and bias: two
-    # ToCopyBackward0 under one linear) are told apart like DLProf's stacks do: "ToCopyBackward0(2)".
+    # ToCopyBackward0 under one linear) are told apart as DLProf writes repeats: "ToCopyBackward0[2]".
     again = (linked[rep] >= 0) & (occurrence[rep] > 0)
     if again.any():
         ops.loc[first["key"].to_numpy()[again], "op_name"] = [
-            f"{n}({k + 1})" for n, k in zip(rep_name[again], occurrence[rep[again]], strict=True)]
+            f"{n}[{k + 1}]" for n, k in zip(rep_name[again], occurrence[rep[again]], strict=True)]
     # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
     # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
     # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
@@ -564,6 +724,19 @@ def op_ids(ops: pd.DataFrame) -> np.ndarray:
     ids = pd.Series((stems + "_" + ordinal.astype(str)).to_numpy(dtype=object), index=own["op_key"].to_numpy())
     return np.where(linked, ids.reindex(ops["forward_op_key"].to_numpy()).fillna("").to_numpy(dtype=object),
                     ids.reindex(ops["op_key"].to_numpy()).to_numpy(dtype=object))
+
+
+def op_id_order(ids: pd.Series | np.ndarray) -> np.ndarray:
+    """Positions that sort Op IDs as DLProf's detailed report lists them: by type stem, then ordinal as a
+    number (``CONV2D_2`` before ``CONV2D_10``); empty IDs first. Computed per distinct ID."""
+    values = pd.Series(np.asarray(ids, dtype=object)).astype(str)
+    distinct = pd.Series(values.unique())
+    parts = distinct.str.extract(r"^(?P<stem>.*?)_(?P<number>\d+)$")
+    frame = pd.DataFrame({"stem": parts["stem"].fillna(distinct), "number": pd.to_numeric(parts["number"]).fillna(0),
+                          "id": distinct})
+    rank = frame.sort_values(["stem", "number", "id"], kind="stable").reset_index(drop=True)
+    position = pd.Series(np.arange(len(rank)), index=rank["id"].to_numpy())
+    return position.reindex(values.to_numpy()).to_numpy(dtype=np.int64)
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,

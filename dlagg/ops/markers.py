@@ -101,14 +101,32 @@ def _dict_fields(text: str) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
+# DLProf's dimension labels of a convolution's input and filter (NCHW / KCRS and their 1-D and 3-D
+# forms): the Input Shapes column reads <N:32, C:3, H:32, W:32>; <K:6, C:3, R:3, S:3>; <6>.
+_CONV = re.compile(r"^conv(?:_transpose)?[123]d$|^conv_tbc$")
+_CONV_LABELS = {0: {3: "NCW", 4: "NCHW", 5: "NCDHW"}, 1: {3: "KCS", 4: "KCRS", 5: "KCTRS"}}
+
+
+def labelled_shape(op: str, position: int, shape: object) -> str:
+    """One tensor argument's shape as DLProf writes it: ``<N:32, C:3, H:32, W:32>`` for a convolution's
+    input and filter, ``<6>`` otherwise."""
+    dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    labels = _CONV_LABELS.get(position, {}).get(len(dims), "") if _CONV.match(op) else ""
+    if labels:
+        return "<" + ", ".join(f"{label}:{dim}" for label, dim in zip(labels, dims, strict=True)) + ">"
+    return "<" + ", ".join(str(d) for d in dims) + ">"
+
+
 def _args(fields: dict[str, object]) -> tuple[str, str]:
-    """(data types, input shapes) of a {'mod','op','args'} marker's tensor arguments."""
+    """(data types, input shapes) of a {'mod','op','args'} marker's tensor arguments, the shapes in
+    DLProf's labelled form."""
     dtypes: list[str] = []
     shapes: list[str] = []
     args = fields.get("args")
+    op = str(fields.get("op", ""))
     for arg in args if isinstance(args, list) else []:
         if isinstance(arg, dict) and "shape" in arg:
-            shapes.append(str(list(arg["shape"])) if isinstance(arg["shape"], (tuple, list)) else str(arg["shape"]))
+            shapes.append(labelled_shape(op, len(shapes), arg["shape"]))
             if arg.get("dtype"):
                 dtypes.append(str(arg["dtype"]))
     return ",".join(dict.fromkeys(dtypes)), "; ".join(shapes)

@@ -109,9 +109,13 @@ def _probe(path: Path) -> _File:
             physical = db.find(table.sources)
             if physical is None or not {"globalPid", "deviceId"} <= set(db.columns(physical)):
                 continue
-            # (only integer values: the reader drops rows with others, validate.py)
-            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE '
-                                        """typeof("globalPid") = 'integer' AND typeof("deviceId") = 'integer'"""):
+            # (only rows the reader keeps, validate.py: integer ids and times, not ending before they start;
+            # a process whose every GPU row is damaged ran no GPU work the reports can see)
+            usable = " AND ".join(f"typeof({c}) = 'integer'" for c in ('"globalPid"', '"deviceId"', '"start"', '"end"')
+                                  if c.strip('"') in db.columns(physical))
+            if {"start", "end"} <= set(db.columns(physical)):
+                usable += ' AND "start" >= 0 AND "end" >= "start"'
+            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE {usable}'):
                 devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
         processes = tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
         runtime = db.find(schema.RUNTIME.sources)

@@ -161,6 +161,7 @@ EVENT_TABLES = (KERNELS, RUNTIME, MEMCPY, MEMSET, SYNC, NVTX, OSRT)
 STRING_TABLES = _suffixed("StringIds")
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # 2023.x+ first, then <= 2022.x
 SYSTEM_ENV_TABLES = ("TARGET_INFO_SYSTEM_ENV",)
+SYSTEM_INFO_TABLES = ("SystemInfo",)  # nsys 2022.1 exports; gone by 2022.4 (reference section 2.1)
 GPU_TABLES = ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU")
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): the ones that carry a range or a domain name.

@@ -352,6 +352,21 @@ def _key_values(db: Database, candidates: Iterable[str]) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in db.query(f'SELECT name, value FROM "{physical}"')}
 
 
+def _system_info(db: Database) -> dict[str, str]:
+    """The ``SystemInfo`` table some older exports (nsys 2022.1) hold, as ``SystemInfo:<name>`` -> value:
+    name/value rows, or the columns of its first row. Empty when the export has none."""
+    physical = db.find(schema.SYSTEM_INFO_TABLES)
+    if physical is None:
+        return {}
+    columns = db.columns(physical)
+    if {"name", "value"} <= set(columns):
+        rows = db.query(f'SELECT name, value FROM "{physical}"')
+    else:
+        first = db.query(f'SELECT * FROM "{physical}" LIMIT 1')
+        rows = list(zip(columns, first[0], strict=True)) if first else []
+    return {f"SystemInfo:{k}": str(v) for k, v in rows if v is not None and str(v) != ""}
+
+
 _GPU_COLUMNS = {  # dlagg column -> candidate nsys columns, across TARGET_INFO_GPU / _CUDA_GPU versions
     "device_id": ("cuDevice", "id", "deviceId"),
     "name": ("name",),
@@ -622,7 +637,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             tables = {t.name: pool.submit(db.read, t, flaws, process) for t in others}
             string_ids = pool.submit(_string_ids, db, strings_table, flaws)
             meta_values = _key_values(db, schema.META_TABLES)
-            env = _key_values(db, schema.SYSTEM_ENV_TABLES)
+            env = {**_key_values(db, schema.SYSTEM_ENV_TABLES), **_system_info(db)}
             gpus = _gpus(db, flaws)
             stated = _stated_session(db)
             session_start = _session_start(db)

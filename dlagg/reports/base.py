@@ -180,6 +180,22 @@ def merges(name: str) -> Callable[[Merger], Merger]:
     return register
 
 
+def one_per_cause(warnings: Iterable[str]) -> list[str]:
+    """Warnings in order, each cause once: the same text from several reports (``detail: no NVTX range
+    ...``, ``op_type: no NVTX range ...``) becomes one line naming them all (``detail, op_type: no NVTX
+    range ...``)."""
+    sources: dict[str, list[str]] = {}
+    for warning in warnings:  # a few warnings
+        head, sep, body = warning.partition(": ")
+        if sep and head in (*REPORTS, "ops"):
+            sources.setdefault(body, [])
+            if head not in sources[body]:
+                sources[body].append(head)
+        else:
+            sources.setdefault(warning, [])
+    return [f"{', '.join(heads)}: {body}" if heads else body for body, heads in sources.items()]
+
+
 def build_order(names: Iterable[str]) -> list[str]:
     """`names` and the reports they depend on, each after its dependencies; bulk reports (which
     depend on nothing) first, so that writing them overlaps building the others."""

@@ -1,17 +1,20 @@
 """Detailed report: one row per op (grouped across iterations) with DLProf's §1.4 columns.
 
 Figures per call are DLProf's (``op_stats``); No. Calls counts the op's calls in the aggregated
-iterations.
+iterations. Rows are ordered by Op ID as DLProf orders them (type, then ordinal: ``CONV2D_2`` before
+``CONV2D_10``; a forward op before the backward ops that share its ID).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..context import RankContext
 from ..ops.aggregate import first_non_empty, op_usage
+from ..ops.assign import op_id_order
 from .base import JobFigures, Report, merges, report
 from .figures import ANY, COUNT, KEY, MIN, SUM, Field, Table, derive_averages, merge_tables, summed_over
 from .op_stats import METRIC_FIELDS, average_pairs, metric_columns
@@ -41,6 +44,16 @@ def no_ops_warning(ctx: RankContext, name: str) -> tuple[str, ...]:
             "(e.g. torch.autograd.profiler.emit_nvtx) to get per-op figures",)
 
 
+def no_eligible_warning(ops_using_tc: int) -> str:
+    """Why Tensor Core Kernel Utilization % is left out; the same text from every report that notices it."""
+    text = ("no Tensor-Core-eligible op (convolution, matmul/linear, attention, RNN) ran a kernel in the aggregated "
+            "iterations, so there is no Tensor Core Kernel Utilization % (the TC share of those ops' kernel time)")
+    if ops_using_tc:
+        text += (f"; {ops_using_tc} op(s) of other types ran Tensor Core kernels (All Ops: Ops using TC; "
+                 "Tensor Core Kernel Duration % counts all TC kernels)")
+    return text
+
+
 def empty(fields: tuple[Field, ...]) -> pd.DataFrame:
     return pd.DataFrame({f.key: pd.Series(dtype=object) for f in fields})
 
@@ -63,9 +76,14 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     table["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
     table["data_type"] = first_non_empty(inst, "data_types").reindex(keys).fillna("").to_numpy()
     table["stack_trace"] = first_non_empty(inst, "stack").reindex(keys).fillna("").to_numpy()
-    table = table.sort_values(["gpu_time_total_ns", "order"], ascending=[False, True], kind="stable")
-    frame = table[[f.key for f in FIELDS]].reset_index(drop=True)
+    frame = by_op_id(table[[f.key for f in FIELDS]])
     return Report("detail", "detailed", (Table("ops", "All Iterations", FIELDS, frame),), warnings=ctx.ops.warnings)
+
+
+def by_op_id(frame: pd.DataFrame) -> pd.DataFrame:
+    """Op rows in DLProf's order: by Op ID, then first appearance."""
+    order = np.lexsort((frame["order"].to_numpy(), op_id_order(frame["op_id"])))
+    return frame.iloc[order].reset_index(drop=True)
 
 
 def tc_kernel_times(ctx: RankContext) -> tuple[int, int]:
@@ -83,7 +101,6 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     """The same op (by its key) combines over ranks: calls and totals add up, minima and maxima of the
     ranks', averages over all calls; Op IDs are numbered over the job."""
     table = merge_tables([r.main for r in reports], lambda frame: derive_averages(frame, average_pairs("calls")))
-    frame = job.renumber_ops(table.frame).sort_values(["gpu_time_total_ns", "order"], ascending=[False, True],
-                                                      kind="stable")
+    frame = by_op_id(job.renumber_ops(table.frame))
     warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
     return Report("detail", "detailed", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)

@@ -1,9 +1,11 @@
 """Expert systems report: problems found in the aggregated iterations, with evidence and fixes.
 
 One row per finding, sorted by time at stake per iteration (largest first; findings without an
-estimate last). DLProf's columns come first (``Problem``, ``Recommendation``), then dlagg's. A
-second table lists every detector and whether it fired, stayed silent, or could not run for
-lack of data, so an empty report is distinguishable from a profile nothing could be checked on.
+estimate last). DLProf's columns come first (``Problem``, ``Recommendation``), then dlagg's. The
+CSV holds this one table, as DLProf's file does, so a script reading it as one table reads
+problems only. A second table, in the JSON and TensorBoard outputs only, lists every detector and
+whether it fired, stayed silent, or could not run for lack of data, so an empty report is
+distinguishable from a profile nothing could be checked on.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     }, dtype=object)
     return Report("expert_systems", "expert_systems", (
         Table("findings", "Expert Systems Feedback", FIELDS, findings_frame(findings)),
-        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors),
+        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors, csv=False),
     ))
 
 
@@ -104,7 +106,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     fields = (*FIELDS, Field("ranks", "Ranks"))
     return Report("expert_systems", "expert_systems", (
         Table("findings", "Expert Systems Feedback", fields, frame[[f.key for f in fields]].reset_index(drop=True)),
-        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors[[f.key for f in DETECTOR_FIELDS]]),
+        Table("detectors", "Detectors", DETECTOR_FIELDS, detectors[[f.key for f in DETECTOR_FIELDS]], csv=False),
     ))
 
 

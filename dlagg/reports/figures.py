@@ -37,6 +37,9 @@ class Field:
     digits: int | None = None  # decimals shown for a float figure; None: shown as it is
     merge: str = FIRST  # how the figure combines over ranks (see the module docstring)
     csv: bool = True  # written in the DLProf CSV; False: an extra figure (JSON, TensorBoard, HTML, comparison)
+    # CSV text quoting: False writes the text bare unless it must be quoted (a comma, quote or line
+    # break in it), as DLProf writes its summary's row labels ("All ops,...").
+    quote: bool = True
 
     def __post_init__(self) -> None:
         if self.merge not in MERGES:

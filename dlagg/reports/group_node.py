@@ -1,13 +1,22 @@
-"""Group report: one row per group path prefix (``/``, ``/forward/``, ``/<module>/net::forward/``, ...).
+"""Group report (DLProf's ``group_op``): one row per group path prefix (``/``, ``/forward/``,
+``/module/net::forward/``, ...), then the whole model.
 
 An op's group path is the chain of user NVTX ranges enclosing it on its thread (``forward``,
 ``layer1``), followed for DLProf function-stack markers by the directories of the stack. A row
-aggregates every op call below its prefix: ``/`` holds all of them.
+aggregates every op call below its prefix: ``/`` holds all of them but the CUDA calls made outside
+every NVTX range (``unassociated_<api>`` ops, which have no path); the last row, ``_CompleteModel_``
+as DLProf names it, holds every call.
 
-The report keeps its base figures per (group path, op): calls and the per-call statistics' sums,
-minima and maxima. The rows per prefix are derived from them (sums add up, minima and maxima of
-minima and maxima, ops counted once per prefix), so calls are never repeated once per enclosing
-prefix, and the base figures of several ranks combine before the prefixes are derived.
+Figures per row, as DLProf's: ``Num Calls Aggregated`` and the TC-eligible / TC-using ops below the
+prefix; for each of CPU time, GPU time, CPU overhead and GPU idle (per call as in the detail
+report), the Total over the aggregated iterations and the Avg., Min and Max **per iteration**: the
+row's total in each aggregated iteration (0 in an iteration without such a call), averaged, and its
+smallest and largest value.
+
+The report keeps its base figures per (group path, iteration): calls and the figures' sums, and the
+ops of each group path with their Tensor Core eligibility and use. The rows are derived from them, so
+several ranks' base figures combine first (iteration i of every rank adds up, an op of several ranks
+counts once) and the prefixes after.
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ from ..context import RankContext
 from ..ops.aggregate import op_usage, path_prefixes
 from .base import JobFigures, Report, merges, report
 from .detail import empty, no_ops_warning
-from .figures import ANY, COUNT, KEY, SUM, Field, Table, derive_averages, merge_tables, summed_over
-from .op_stats import METRIC_FIELDS, METRICS, average_pairs
+from .figures import ANY, COUNT, KEY, SUM, Field, Table, merge_tables, summed_over
+from .op_stats import METRIC_FIELDS, METRICS
+
+COMPLETE_MODEL = "_CompleteModel_"  # DLProf's name of the row over every op call
 
 FIELDS = (
     Field("name", "Name", merge=KEY),
@@ -31,77 +42,107 @@ FIELDS = (
     Field("using_tc_ops", "Num Ops Using TC", COUNT),
     *METRIC_FIELDS,
 )
-STATS = tuple(f for f in METRIC_FIELDS if not f.key.endswith("_avg_ns"))  # what combines; averages are derived
-# Base figures: one row per (group path, op).
+TOTALS = tuple(f for f in METRIC_FIELDS if f.key.endswith("_total_ns"))
+# Base figures: calls and figure sums per (group path, iteration) ...
 BASE_FIELDS = (
+    Field("path", "Group Path", merge=KEY),
+    Field("iteration", "Iteration", merge=KEY),
+    FIELDS[1],
+    *TOTALS,
+)
+# ... and the ops of each group path (counted once per prefix, over ranks too).
+PATH_OP_FIELDS = (
     Field("path", "Group Path", merge=KEY),
     Field("op", "Op Key", merge=KEY),
     Field("tc_eligible", "TC Eligible", merge=ANY),
     Field("using_tc", "Using TC", merge=ANY),
-    FIELDS[1],
-    *STATS,
 )
 
 
-def per_path_op(ctx: RankContext) -> pd.DataFrame:
-    """Base figures: calls and statistic sums/minima/maxima per (group path, op) of the aggregated calls."""
+def base_figures(ctx: RankContext) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(calls and figure sums per (group path, iteration), the ops per group path) of the aggregated calls."""
     inst = ctx.op_instances
-    path = inst["path"].astype(object).to_numpy()
-    grouped = inst.groupby([path, inst["key"].to_numpy()], sort=False)
+    codes = np.asarray(inst["path"].array.codes)
+    paths = np.asarray(inst["path"].array.categories, dtype=object)
+    grouped = inst.groupby([codes, inst["iteration"].to_numpy()], sort=False)
     columns: dict[str, pd.Series] = {"calls": grouped.size()}
-    for k, (column, _, _) in enumerate(METRICS):
-        total, _, low, high = METRIC_FIELDS[4 * k:4 * k + 4]
+    for (column, _, _), total in zip(METRICS, TOTALS, strict=True):
         columns[total.key] = grouped[column].sum()
-        columns[low.key] = grouped[column].min()
-        columns[high.key] = grouped[column].max()
-    base = pd.DataFrame(columns).rename_axis(["path", "key"]).reset_index()
+    base = pd.DataFrame(columns).rename_axis(["code", "iteration"]).reset_index()
+    base["path"] = paths[base["code"].to_numpy()]
+    pairs = pd.DataFrame({"code": codes, "key": inst["key"].to_numpy()}).drop_duplicates()
     ops = ctx.ops.ops
-    keys = base["key"].to_numpy()
-    base["op"] = ops["op_key"].reindex(keys).to_numpy(dtype=object)
-    base["tc_eligible"] = ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool)
-    base["using_tc"] = op_usage(inst).reindex(keys).to_numpy(dtype=bool)
-    return base
+    keys = pairs["key"].to_numpy()
+    path_ops = pd.DataFrame({
+        "path": paths[pairs["code"].to_numpy()],
+        "op": ops["op_key"].reindex(keys).to_numpy(dtype=object),
+        "tc_eligible": ops["tc_eligible"].reindex(keys).to_numpy(dtype=bool),
+        "using_tc": op_usage(inst).reindex(keys).to_numpy(dtype=bool),
+    })
+    return base[[f.key for f in BASE_FIELDS]], path_ops[[f.key for f in PATH_OP_FIELDS]]
 
 
-def by_prefix(base: pd.DataFrame) -> pd.DataFrame:
-    """The report's rows: per group path prefix, from the base figures per (path, op)."""
-    prefixes = path_prefixes(base["path"])  # (path, prefix) for the distinct paths
-    rows = base.merge(prefixes, on="path")
-    grouped = rows.groupby("prefix", sort=False)
-    columns: dict[str, pd.Series] = {"calls": grouped["calls"].sum()}
-    for f in STATS:
-        how = "sum" if f.key.endswith("_total_ns") else "min" if f.key.endswith("_min_ns") else "max"
-        columns[f.key] = grouped[f.key].agg(how).astype(np.int64)
-    table = pd.DataFrame(columns)
-    ops = rows.drop_duplicates(["prefix", "op"]).groupby("prefix", sort=False)[["tc_eligible", "using_tc"]].sum()
-    table["tc_eligible_ops"] = ops["tc_eligible"].reindex(table.index).to_numpy()
-    table["using_tc_ops"] = ops["using_tc"].reindex(table.index).to_numpy()
-    table = derive_averages(table, average_pairs("calls"))
-    table = table.rename_axis("name").reset_index().sort_values("name", kind="stable")
-    return table[[f.key for f in FIELDS]].reset_index(drop=True)
+def _rows(rows: pd.DataFrame, ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """Report rows from base rows and path-op rows labelled by their `prefix`: totals, ops, and
+    per-iteration averages, minima and maxima over `iterations` aggregated iterations."""
+    per_iteration = rows.groupby(["prefix", "iteration"], sort=False)[["calls", *(f.key for f in TOTALS)]].sum()
+    by = per_iteration.groupby(level=0, sort=False)
+    table = pd.DataFrame({"calls": by["calls"].sum()})
+    counted = ops.drop_duplicates(["prefix", "op"]).groupby("prefix", sort=False)[["tc_eligible", "using_tc"]].sum()
+    table["tc_eligible_ops"] = counted["tc_eligible"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
+    table["using_tc_ops"] = counted["using_tc"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
+    missing = by.size().reindex(table.index).to_numpy() < iterations  # an iteration without a call counts 0
+    for k, total in enumerate(TOTALS):
+        avg, low, high = METRIC_FIELDS[4 * k + 1:4 * k + 4]
+        sums = by[total.key].sum().reindex(table.index)
+        table[total.key] = sums.to_numpy(dtype=np.int64)
+        table[avg.key] = sums.to_numpy(dtype=np.float64) / max(iterations, 1)
+        table[low.key] = np.where(missing, 0, by[total.key].min().reindex(table.index).to_numpy()).astype(np.int64)
+        table[high.key] = by[total.key].max().reindex(table.index).to_numpy(dtype=np.int64)
+    return table.rename_axis("name").reset_index()
 
 
-@report("group_node", file_suffix="group_node")
+def by_prefix(base: pd.DataFrame, path_ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
+    """The report's rows: per group path prefix, then the whole model, from the base figures (a few
+    distinct paths: the prefixes are expanded on (path, iteration) and (path, op) rows only)."""
+    pathless = base["path"].astype(str).to_numpy() == ""  # CUDA calls outside every NVTX range
+    prefixes = path_prefixes(base["path"][~pathless])  # (path, prefix) for the distinct paths
+    with_path = path_ops[path_ops["path"].astype(str).to_numpy() != ""]
+    table = _rows(base[~pathless].merge(prefixes, on="path"), with_path.merge(prefixes, on="path"), iterations)
+    complete = _rows(base.assign(prefix=COMPLETE_MODEL), path_ops.assign(prefix=COMPLETE_MODEL), iterations)
+    table = table.sort_values("name", kind="stable")
+    return pd.concat([table, complete], ignore_index=True)[[f.key for f in FIELDS]]
+
+
+@report("group_node", file_suffix="group_op")
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
-    """Per group path prefix: op calls, TC-eligible and TC-using ops, CPU/GPU time, overhead, idle."""
+    """Per group path prefix and for the whole model: op calls, TC-eligible and TC-using ops, CPU/GPU time,
+    overhead, idle (totals; average, minimum and maximum per iteration)."""
+    its = ctx.iterations
     if ctx.op_instances.empty:
-        return Report("group_node", "group_node", (Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
-                                                   Table("path_ops", "Group Path Ops", BASE_FIELDS,
-                                                         empty(BASE_FIELDS), csv=False)),
-                      warnings=no_ops_warning(ctx, "group_node"))
-    base = per_path_op(ctx)
-    return Report("group_node", "group_node", (
-        Table("groups", "Group Op Report", FIELDS, by_prefix(base)),
-        Table("path_ops", "Group Path Ops", BASE_FIELDS, base[[f.key for f in BASE_FIELDS]], csv=False),
+        return Report("group_node", "group_op", (
+            Table("groups", "Group Op Report", FIELDS, empty(FIELDS)),
+            Table("path_iterations", "Group Path Iterations", BASE_FIELDS, empty(BASE_FIELDS), csv=False),
+            Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, empty(PATH_OP_FIELDS), csv=False)),
+            warnings=no_ops_warning(ctx, "group_node"))
+    base, path_ops = base_figures(ctx)
+    return Report("group_node", "group_op", (
+        Table("groups", "Group Op Report", FIELDS, by_prefix(base, path_ops, its.stop - its.start + 1)),
+        Table("path_iterations", "Group Path Iterations", BASE_FIELDS, base, csv=False),
+        Table("path_ops", "Group Path Ops", PATH_OP_FIELDS, path_ops, csv=False),
     ))
 
 
 @merges("group_node")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
-    """The base figures per (group path, op) combine over ranks; the prefix rows are derived from them."""
-    base = merge_tables([r.table("path_ops") for r in reports])
+    """The base figures per (group path, iteration) and the ops per group path combine over ranks
+    (iteration i of every rank adds up; an op of several ranks counts once); the rows are derived from
+    them, per iteration over the iterations any rank aggregated."""
+    base = merge_tables([r.table("path_iterations") for r in reports])
+    path_ops = merge_tables([r.table("path_ops") for r in reports])
+    selected = set().union(*(set(r.iterations.selected) for r in job.ranks))
     groups = reports[0].main
-    rows = by_prefix(base.frame) if len(base) else groups.frame
+    rows = by_prefix(base.frame, path_ops.frame, len(selected)) if len(base) else groups.frame
     warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
-    return Report("group_node", "group_node", (summed_over(groups.with_frame(rows), len(reports)), base),
+    return Report("group_node", "group_op", (summed_over(groups.with_frame(rows), len(reports)), base, path_ops),
                   warnings=warnings)

@@ -1,4 +1,12 @@
-"""Iteration report: one row per kernel launch in the aggregated iterations."""
+"""Iteration report: one row per kernel launch in the aggregated iterations, in DLProf's columns and order.
+
+Rows are ordered as DLProf's: by Op Name, Kernel Name (short name), then GPU start. ``Input Shapes``
+are DLProf's labelled form for DLProf/PyProf dict markers (``<N:32, C:3, H:32, W:32>; <K:6, C:3,
+R:3, S:3>; <6>``) and emit_nvtx's ``sizes`` as recorded. ``Parameters`` and ``Output Shapes`` were
+TensorFlow graph attributes of GEMM/convolution nodes in DLProf; no nsys export of a PyTorch run
+holds them, so the columns are there, empty. ``Long Kernel Name`` is each launch's own demangled
+name (DLProf repeated one name for every launch of a short name within an op: a bug not reproduced).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..context import RankContext
+from ..model import categorical
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table, with_rank
@@ -34,6 +43,8 @@ FIELDS = (
     Field("block_z", "Block Z"),
     Field("data_types", "Data Types"),
     Field("input_shapes", "Input Shapes"),
+    Field("parameters", "Parameters"),
+    Field("output_shapes", "Output Shapes"),
     Field("long_kernel_name", "Long Kernel Name"),
     Field("op_key", "Op Key", csv=False),
 )
@@ -48,17 +59,22 @@ def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Every kernel launch of the aggregated iterations: iteration, timing, launch API, grid and block."""
     work = ctx.selected_work
-    kernels = work[work["kind"].to_numpy() == KERNEL].sort_values(["iteration", "start"], kind="stable")
+    kernels = work[work["kind"].to_numpy() == KERNEL]
     rows = ctx.profile.kernels.iloc[kernels["row"].to_numpy()]
     ops = ctx.op_columns(kernels.index)
     strings = ctx.profile.strings
+    short = strings.categorical(ctx.short_name_ids(kernels["name_id"].to_numpy()))
+    # DLProf's order; categories are sorted, so codes order like the names (no string per row)
+    order = np.lexsort((kernels["start"].to_numpy(), np.asarray(short.codes), np.asarray(ops["op_name"].codes)))
+    kernels, rows, short = kernels.iloc[order], rows.iloc[order], short.take(order)
+    ops = {key: column.take(order) for key, column in ops.items()}
     has_api = kernels["api_start"].to_numpy() >= 0
     api_start = kernels["api_start"].to_numpy()
     start = kernels["start"].to_numpy()
     frame = pd.DataFrame({
         "iteration": kernels["iteration"].to_numpy(),
         **{key: ops[key] for key in ("op_id", "op_name", "direction", "op_type")},
-        "kernel_name": strings.categorical(rows["short_name_id"].to_numpy()),
+        "kernel_name": short,
         "device_id": kernels["device_id"].to_numpy(),
         "gpu_start_ns": start,
         "gpu_duration_ns": kernels["end"].to_numpy() - start,
@@ -68,6 +84,8 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         **{key: rows[key].to_numpy() for key in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")},
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
+        "parameters": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
+        "output_shapes": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
         "long_kernel_name": strings.categorical(rows["name_id"].to_numpy()),
         "op_key": ops["op_key"],
     })

@@ -2,8 +2,9 @@
 
 Derived from the detail report's op rows (one definition of every per-op figure): per op type,
 the ops of that type, their calls, and the per-call statistics combined (totals add up, minima and
-maxima of the ops' minima and maxima, averages = total / calls). With --ncu_report, each op type
-also gets the roofline of its ops' ncu-profiled kernels (``roofline.RATE_FIELDS``).
+maxima of the ops' minima and maxima, averages = total / calls). Rows are ordered by type name, as
+DLProf's. With --ncu_report, each op type also gets the roofline of its ops' ncu-profiled kernels
+(``roofline.RATE_FIELDS``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def by_type(ops: pd.DataFrame) -> pd.DataFrame:
             how = "sum" if f.key.endswith("_total_ns") else "min" if f.key.endswith("_min_ns") else "max"
             columns[f.key] = grouped[f.key].agg(how)
     table = derive_averages(pd.DataFrame(columns), average_pairs("calls")).rename_axis("op_type").reset_index()
-    table = table.sort_values(["gpu_time_total_ns", "op_type"], ascending=[False, True], kind="stable")
+    table = table.sort_values("op_type", kind="stable")  # DLProf's order: by type name
     return table[[f.key for f in FIELDS]].reset_index(drop=True)
 
 

@@ -190,8 +190,8 @@ def roofline_report(roof: Roofline, match: KernelMatch | None, op_types: pd.Seri
 
 
 def ncu_kernel_ops(ctx: RankContext) -> pd.DataFrame:
-    """Per ncu kernel (``ctx.roofline.kernels`` order): the demangled name, op key and op type of its
-    nsys match as the kernel and op_type reports show them ('' unmatched or launched by no op)."""
+    """Per ncu kernel (``ctx.roofline.kernels`` order): the demangled and short name, op key and op type
+    of its nsys match as the kernel and op_type reports show them ('' unmatched or launched by no op)."""
     roof, match = ctx.roofline, ctx.roofline_match
     assert roof is not None and match is not None
     rows = match.nsys_row
@@ -200,8 +200,11 @@ def ncu_kernel_ops(ctx: RankContext) -> pd.DataFrame:
     kernels = work[work["kind"].to_numpy() == KERNEL]
     at = pd.Series(kernels.index.to_numpy(), index=kernels["row"].to_numpy()).reindex(rows[known]).to_numpy()
     ops = ctx.op_columns(pd.Index(at), ("op_key", "op_type"))
-    out = pd.DataFrame({"long_kernel_name": "", "op_key": "", "op_type": ""}, index=roof.kernels.index)
+    out = pd.DataFrame({"long_kernel_name": "", "kernel_name": "", "op_key": "", "op_type": ""},
+                       index=roof.kernels.index)
     out.loc[known, "long_kernel_name"] = roof.kernels["long_name"].to_numpy()[known]
+    short = ctx.short_name_ids(ctx.profile.kernels["name_id"].to_numpy()[rows[known]])
+    out.loc[known, "kernel_name"] = ctx.profile.strings.decode(short).to_numpy(dtype=object)  # the kernel report's
     for column in ("op_key", "op_type"):
         out.loc[known, column] = np.asarray(ops[column], dtype=object)
     return out

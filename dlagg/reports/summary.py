@@ -1,10 +1,24 @@
-"""Summary report: system, wall-clock partition, iterations and kernel and op totals (DLProf's sections).
+"""Summary report: system, wall-clock partition, iterations and op and kernel totals (DLProf's sections,
+in DLProf's order: System Config, Summary Report, Iterations, All Ops, All Kernels).
 
 Besides DLProf's sections it holds two tables of per-iteration figures (not in the CSV): the time
 partition of every iteration (``iterations``) and the GPU time per op type and iteration
 (``op_type_iterations``), which the TensorBoard and HTML writers chart and a comparison samples;
 and the GPU timeline of one typical iteration (``timeline_iteration``, ``timeline``: see
 ``gpu_timeline.py``), which the HTML page draws.
+
+Iterations end with the GPU work launched in them (``model.Iterations``): the wall clock runs from
+the first aggregated iteration's start to the end of the last one's GPU work. Each iteration's
+CPU-side time (key-node instance to key-node instance: the host's pace) and GPU-side time (end of
+the GPU work launched in the previous iteration to the end of its own: the GPU's pace) are figures
+of the per-iteration table, their means of the Iterations section (JSON, TensorBoard), and a
+warning says when the means differ by more than ``PACE_NOTE_SHARE`` (not without a key node, whose
+one iteration has no CPU side to speak of).
+
+Kernels are identified by their short name, as DLProf does: ``# Kernels`` counts distinct short
+names (``fft2d_r2c_32x32`` once, whatever its template instances), and the Memory row distinct
+CUDA API names of the calls that issued memory operations (``cudaMemcpyAsync``, ``cudaMemcpy``,
+``cudaMemsetAsync``: 3).
 
 Two figures DLProf titles "CPU Time (ns)" mean different things, and their keys say which:
 ``launch_api_time_ns`` in All Kernels (the CUDA calls that launched the work) and
@@ -27,12 +41,15 @@ from ..context import RankContext
 from ..timeline.breakdown import CLASS_LABELS, CLASSES
 from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
-from .detail import tc_kernel_times
-from .figures import COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
+from .detail import no_eligible_warning, tc_kernel_times
+from .figures import ANY, COUNT, KEY, NS, PERCENT, SUM, Field, Table, key_values, merge_tables, summed_over, with_rank
 from .gpu_timeline import timeline_tables
 from .roofline import carry_lines, mfu_lines
 
 PARTITION = (*CLASSES, "other")
+# The CPU-side and GPU-side mean iteration times differing by more than this share of the longer one
+# get a note (a warning): the host ran ahead of the GPU, or the GPU waited for the host.
+PACE_NOTE_SHARE = 0.10
 
 WALL_CLOCK = Field("wall_clock_ns", "Wall Clock Time (ns)", NS)
 TC_UTILIZATION = Field("tc_kernel_utilization_pct", "Tensor Core Kernel Utilization %", PERCENT, digits=1)
@@ -42,14 +59,20 @@ ELIGIBLE_TC_TIME = Field("tc_eligible_tc_kernel_time_ns", "TC Kernel Time of TC-
 GPU_UTILIZATION = Field("gpu_utilization_pct", "GPU Utilization %", PERCENT, digits=1)
 SHARES = {name: Field(f"{name}_duration_pct", CLASS_LABELS[name], PERCENT, digits=1) for name in PARTITION}
 
+KEY_NODE = Field("key_node", "Key Node", csv=False)  # DLProf's file has no such line: stderr and JSON say it
+ITERATION_TIME_AVG = Field("iteration_time_avg_ns", "Average Iteration Time (ns)", NS, digits=1)
+ITERATION_TIME_STD = Field("iteration_time_std_ns", "Iteration Time Standard Deviation", NS, digits=1)
+CPU_TIME_AVG = Field("cpu_iteration_time_avg_ns", "Average CPU-Side Iteration Time (ns)", NS, digits=1, csv=False)
+GPU_TIME_AVG = Field("gpu_iteration_time_avg_ns", "Average GPU-Side Iteration Time (ns)", NS, digits=1, csv=False)
+
 KERNEL_FIELDS = (
-    Field("kernels", ""),
+    Field("kernels", "", quote=False),
     Field("gpu_time_ns", "GPU Time (ns)", NS),
     Field("launch_api_time_ns", "CPU Time (ns)", NS),
     Field("distinct_kernels", "# Kernels", COUNT),
 )
 OP_FIELDS = (
-    Field("ops", ""),
+    Field("ops", "", quote=False),
     Field("gpu_time_ns", "GPU Time (ns)", NS),
     Field("range_time_ns", "CPU Time (ns)", NS),
     Field("op_count", "# Ops", COUNT),
@@ -60,15 +83,19 @@ ITERATION_FIELDS = (
     Field("start_ns", "Start (ns)", NS),
     Field("end_ns", "End (ns)", NS),
     Field("duration_ns", "Iteration Time (ns)", NS),
+    Field("cpu_side_ns", "CPU-Side Iteration Time (ns)", NS),
+    Field("gpu_side_ns", "GPU-Side Iteration Time (ns)", NS, digits=0),
     *(Field(f"{name}_ns", CLASS_LABELS[name].replace(" Duration %", " Time (ns)"), NS) for name in PARTITION),
     Field("gpu_busy_ns", "GPU Busy Time (ns, mean over GPUs)", NS, digits=1),
     Field("kernels", "Kernels Launched", COUNT),
     Field("kernel_time_ns", "Kernel Time (ns)", NS),
     Field("tc_kernel_time_ns", "Tensor Core Kernel Time (ns)", NS),
+    Field("tc_eligible_kernel_time_ns", "Kernel Time of TC-Eligible Ops (ns)", NS),
+    Field("tc_eligible_tc_kernel_time_ns", "TC Kernel Time of TC-Eligible Ops (ns)", NS),
 )
 KERNEL_NAME_FIELDS = (
     Field("name", "Kernel Name", merge=KEY),
-    Field("tensor_core", "Uses TC", merge=KEY),
+    Field("tensor_core", "Uses TC", merge=ANY),
     Field("memory", "Memory Operation", merge=KEY),
 )
 OP_TYPE_ITERATION_FIELDS = (
@@ -78,10 +105,11 @@ OP_TYPE_ITERATION_FIELDS = (
 )
 
 
-def _driver_version(raw: str) -> str:
-    """nsys stores 580.159.04 as 58015904."""
+def driver_version(raw: str) -> str:
+    """nsys stores the driver version as digits: 58015904 is 580.159.04, 5154304 is 515.43.04 (three
+    digits of major version, then the minor version, then two digits of patch level)."""
     if raw.isdigit() and len(raw) >= 7:
-        return f"{int(raw[:-5])}.{raw[-5:-2]}.{raw[-2:]}"
+        return f"{int(raw[:3])}.{raw[3:-2]}.{raw[-2:]}"
     return raw
 
 
@@ -93,7 +121,17 @@ def _cuda_version(raw: str) -> str:
     return raw
 
 
+def _system_info(env: Mapping[str, str], word: str) -> str:
+    """The first value of the export's SystemInfo table whose name contains `word` ('' when none)."""
+    for name, value in env.items():  # a few dozen lines
+        if name.startswith("SystemInfo:") and word in name.lower():
+            return value
+    return ""
+
+
 def system_config(ctx: RankContext) -> list[tuple[Field, object]]:
+    """DLProf's System Config lines, in its order, each where the export holds the data (nsys 2022.1's
+    SystemInfo table for Framework and cuDNN Version; none of our recordings has one)."""
     profile = ctx.profile
     env = profile.meta.system_env
     gpus = profile.gpus
@@ -103,9 +141,15 @@ def system_config(ctx: RankContext) -> list[tuple[Field, object]]:
     if env.get("CpuDescription"):
         rows.append((Field("cpu_model", "CPU Model"), env["CpuDescription"]))
     if env.get("NvDriverVersion"):
-        rows.append((Field("driver_version", "GPU Driver Version"), _driver_version(env["NvDriverVersion"])))
-    if env.get("CudaDriverVersion"):
-        rows.append((Field("cuda_driver_version", "CUDA Driver Version"), _cuda_version(env["CudaDriverVersion"])))
+        rows.append((Field("driver_version", "GPU Driver Version"), driver_version(env["NvDriverVersion"])))
+    framework = _system_info(env, "framework")
+    if framework:
+        rows.append((Field("framework", "Framework"), framework))
+    if env.get("CudaDriverVersion"):  # the CUDA version the driver supports: all an export says
+        rows.append((Field("cuda_driver_version", "CUDA Version"), _cuda_version(env["CudaDriverVersion"])))
+    cudnn = _system_info(env, "cudnn")
+    if cudnn:
+        rows.append((Field("cudnn_version", "cuDNN Version"), cudnn))
     if profile.meta.nsys_version:
         rows.append((Field("nsys_version", "NSys Version"), profile.meta.nsys_version))
     rows.append((Field("dlagg_version", "dlagg Version"), __version__))
@@ -120,17 +164,29 @@ def share(part: float, whole: float) -> float:
 KERNEL_ROWS = ("All kernels", "Kernels using TC", "Memory", "All other kernels")
 
 
+def api_names(ctx: RankContext, ids: np.ndarray) -> np.ndarray:
+    """CUDA API names without nsys' version suffix (``cudaMemcpyAsync_v3020`` -> ``cudaMemcpyAsync``)."""
+    return ctx.profile.strings.decode(ids).str.replace(r"_v\d+$", "", regex=True).to_numpy(dtype=object)
+
+
 def kernel_names(ctx: RankContext) -> pd.DataFrame:
-    """The distinct names of the aggregated iterations' GPU work: kernels (with their TC use) and
-    memory operations (``[CUDA memcpy HtoD]``), which All Kernels counts."""
+    """The distinct names of the aggregated iterations' GPU work that All Kernels counts: kernels by short
+    name (with their TC use: any of its instances) and memory operations by the CUDA API call that
+    issued them (its kind, ``[CUDA memcpy HtoD]``, when no call correlates)."""
     work = ctx.selected_work
     is_kernel = work["kind"].to_numpy() == KERNEL
     ids = np.unique(work["name_id"].to_numpy()[is_kernel])
-    memory = pd.unique(memory_label(ctx.profile, work[~is_kernel]).to_numpy(dtype=object))
+    kernels = pd.DataFrame({"name": ctx.profile.strings.decode(ctx.short_name_ids(ids)).to_numpy(dtype=object),
+                            "tensor_core": ctx.uses_tc(ids)}).groupby("name", sort=True)["tensor_core"].any()
+    memory = work[~is_kernel]
+    has_api = memory["api_name_id"].to_numpy() >= 0
+    labels = memory_label(ctx.profile, memory).to_numpy(dtype=object).copy()
+    labels[has_api] = api_names(ctx, memory["api_name_id"].to_numpy()[has_api])
+    memory_names = np.unique(labels.astype(str)) if len(labels) else np.empty(0, dtype=object)
     return pd.DataFrame({
-        "name": np.concatenate((ctx.profile.strings.decode(ids).to_numpy(dtype=object), memory)),
-        "tensor_core": np.concatenate((ctx.uses_tc(ids), np.zeros(len(memory), dtype=bool))),
-        "memory": np.concatenate((np.zeros(len(ids), dtype=bool), np.ones(len(memory), dtype=bool))),
+        "name": np.concatenate((kernels.index.to_numpy(dtype=object), memory_names.astype(object))),
+        "tensor_core": np.concatenate((kernels.to_numpy(dtype=bool), np.zeros(len(memory_names), dtype=bool))),
+        "memory": np.concatenate((np.zeros(len(kernels), dtype=bool), np.ones(len(memory_names), dtype=bool))),
     })
 
 
@@ -140,6 +196,13 @@ def distinct_counts(names: pd.DataFrame) -> list[int]:
     return [len(names), int(tc.sum()), int(memory.sum()), int((~tc & ~memory).sum())]
 
 
+def _launch_time(api_row: np.ndarray, api_time: np.ndarray, mask: np.ndarray) -> int:
+    """Time in the CUDA calls that launched the `mask` rows, each call once (one cudaGraphLaunch
+    launches every kernel and memset of its graph)."""
+    _, first = np.unique(api_row[mask], return_index=True)
+    return int(api_time[mask][first].sum())
+
+
 def kernel_totals(ctx: RankContext, names: pd.DataFrame) -> pd.DataFrame:
     """All Kernels: GPU time, launch-API time and distinct names of the aggregated iterations' GPU work."""
     work = ctx.selected_work
@@ -147,18 +210,20 @@ def kernel_totals(ctx: RankContext, names: pd.DataFrame) -> pd.DataFrame:
     tc = is_kernel & ctx.uses_tc(work["name_id"].to_numpy())
     gpu_time = (work["end"] - work["start"]).to_numpy()
     has_api = work["api_start"].to_numpy() >= 0
-    api_time = np.where(has_api, (work["api_end"] - work["api_start"]).to_numpy(), 0)
+    api_time = (work["api_end"] - work["api_start"]).to_numpy()
+    api_row = work["api_row"].to_numpy()
     masks = (np.ones(len(work), dtype=bool), tc, ~is_kernel, is_kernel & ~tc)
     return pd.DataFrame({
         "kernels": KERNEL_ROWS,
         "gpu_time_ns": [int(gpu_time[m].sum()) for m in masks],
-        "launch_api_time_ns": [int(api_time[m].sum()) for m in masks],
+        "launch_api_time_ns": [_launch_time(api_row, api_time, m & has_api) for m in masks],
         "distinct_kernels": distinct_counts(names),
     })
 
 
 def op_totals(ops: Table) -> pd.DataFrame:
-    """All Ops: GPU and CPU (range) time summed over the detail report's op rows."""
+    """All Ops: GPU and CPU (range) time summed over the detail report's op rows (unassociated CUDA
+    calls included)."""
     frame = ops.frame
     eligible = frame["tc_eligible"].to_numpy(dtype=bool)
     using = frame["using_tc"].to_numpy(dtype=bool)
@@ -172,9 +237,28 @@ def op_totals(ops: Table) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[f.key for f in OP_FIELDS])
 
 
+def _eligible_per_iteration(ctx: RankContext, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per iteration: kernel time and Tensor Core kernel time of the TC-eligible ops' calls starting in it
+    (the Tensor Core Kernel Utilization % of one iteration is the second over the first)."""
+    inst = ctx.ops.instances
+    if inst.empty:
+        return np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    eligible = ctx.ops.ops["tc_eligible"].reindex(inst["key"].to_numpy()).to_numpy(dtype=bool)
+    iteration = inst["iteration"].to_numpy()
+    mine = eligible & (iteration >= 0)
+
+    def per(column: str) -> np.ndarray:
+        return np.bincount(iteration[mine], weights=inst[column].to_numpy()[mine].astype(np.float64),
+                           minlength=count)[:count].astype(np.int64)
+
+    return per("kernel_time"), per("tc_kernel_time")
+
+
 def iteration_figures(ctx: RankContext) -> pd.DataFrame:
-    """Per iteration (all of them): the time partition, GPU busy time, kernels and their (TC) time."""
+    """Per iteration (all of them): window, CPU-side and GPU-side times, the time partition, GPU busy time,
+    kernels and their (TC) time, and the TC-eligible ops' kernel times."""
     bd = ctx.breakdown
+    its = ctx.iterations
     work = ctx.work
     iteration = work["iteration"].to_numpy()
     kernels = (work["kind"].to_numpy() == KERNEL) & (iteration >= 0)
@@ -182,17 +266,22 @@ def iteration_figures(ctx: RankContext) -> pd.DataFrame:
     tc = ctx.uses_tc(work["name_id"].to_numpy()[kernels])
     k_iter = iteration[kernels]
     count = len(bd)
+    eligible, eligible_tc = _eligible_per_iteration(ctx, count)
     frame = pd.DataFrame({
         "iteration": bd["iteration"].to_numpy(),
         "aggregated": bd["aggregated"].to_numpy(dtype=bool),
         "start_ns": bd["start"].to_numpy(),
         "end_ns": bd["end"].to_numpy(),
         "duration_ns": bd["duration"].to_numpy(),
+        "cpu_side_ns": its.cpu_times,
+        "gpu_side_ns": its.gpu_times,
         **{f"{name}_ns": bd[name].to_numpy() for name in PARTITION},
         "gpu_busy_ns": bd["gpu_busy"].to_numpy(dtype=np.float64),
         "kernels": bd["kernel_count"].to_numpy(),
         "kernel_time_ns": np.bincount(k_iter, weights=gpu, minlength=count)[:count].astype(np.int64),
         "tc_kernel_time_ns": np.bincount(k_iter[tc], weights=gpu[tc], minlength=count)[:count].astype(np.int64),
+        "tc_eligible_kernel_time_ns": eligible,
+        "tc_eligible_tc_kernel_time_ns": eligible_tc,
     })
     return frame[[f.key for f in ITERATION_FIELDS]]
 
@@ -214,6 +303,50 @@ def op_type_iterations(ctx: RankContext) -> pd.DataFrame:
     return per[columns]
 
 
+def pace(agg: pd.DataFrame) -> tuple[float, float]:
+    """(mean CPU-side, mean GPU-side) iteration time of these per-iteration rows (NaN when undefined)."""
+    cpu = agg["cpu_side_ns"].to_numpy(dtype=np.float64)
+    gpu = agg["gpu_side_ns"].to_numpy(dtype=np.float64)
+    gpu = gpu[~np.isnan(gpu)]
+    return (float(cpu.mean()) if len(cpu) else float("nan"), float(gpu.mean()) if len(gpu) else float("nan"))
+
+
+PACE_NOTE = "summary: the CPU-side and GPU-side iteration times differ"
+
+
+def pace_note(cpu: float, gpu: float) -> str | None:
+    """The summary's note when the mean CPU-side and GPU-side iteration times differ by more than
+    PACE_NOTE_SHARE of the longer one (None when they do not, or one is unknown)."""
+    if np.isnan(cpu) or np.isnan(gpu) or abs(cpu - gpu) <= PACE_NOTE_SHARE * max(cpu, gpu):
+        return None
+    if gpu > cpu:
+        why = ("the host ran ahead of the GPU (it queues launches without waiting), so iterations end when their "
+               "GPU work does and follow the GPU's pace")
+    else:
+        why = "the GPU waited for the host, so iterations follow the host's pace"
+    return (f"{PACE_NOTE}: {cpu / 1e6:,.3f} ms per iteration on the CPU side (key-node range to key-node range), "
+            f"{gpu / 1e6:,.3f} ms on the GPU side (end of one iteration's GPU work to the next's); {why}. "
+            "Average Iteration Time is the later of the two ends per iteration (JSON and TensorBoard have both)")
+
+
+def _iterations_section(its_key_node: str, counts: tuple[int, int, int, int], agg: pd.DataFrame) -> list[
+        tuple[Field, object]]:
+    total, aggregated, first, last = counts
+    durations = agg["duration_ns"].to_numpy(dtype=np.float64)
+    cpu, gpu = pace(agg)
+    return [
+        (KEY_NODE, its_key_node),
+        (Field("total_iterations", "Total Iterations", COUNT), total),
+        (Field("aggregated_iterations", "Aggregated Iterations", COUNT), aggregated),
+        (Field("start_iteration", "Start Iteration"), first),
+        (Field("stop_iteration", "Stop Iteration"), last),
+        (ITERATION_TIME_AVG, float(durations.mean()) if len(durations) else 0.0),
+        (ITERATION_TIME_STD, float(durations.std()) if len(durations) else 0.0),
+        (CPU_TIME_AVG, cpu),
+        (GPU_TIME_AVG, gpu),
+    ]
+
+
 @report("summary", depends=("detail",))
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """System config, wall-clock partition (TC/kernel/memory/dataloader/IO/CPU/other), iterations, totals."""
@@ -221,7 +354,8 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     per_iteration = iteration_figures(ctx)
     names = kernel_names(ctx)
     agg = per_iteration[per_iteration["aggregated"].to_numpy()]
-    wall = int(agg["duration_ns"].sum())
+    first, last = its.window
+    wall = last - first  # the aggregated iterations are contiguous: the sum of their times
     summary: list[tuple[Field, object]] = [(WALL_CLOCK, wall)]
     eligible, eligible_tc = tc_kernel_times(ctx)  # defined in reports/detail.py and docs/ops.md
     tc_util = share(eligible_tc, eligible) if eligible else None
@@ -230,21 +364,20 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     summary.append((GPU_UTILIZATION, share(float(agg["gpu_busy_ns"].sum()), wall)))
     summary += [(SHARES[name], share(float(agg[f"{name}_ns"].sum()), wall)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
-
     durations = agg["duration_ns"].to_numpy(dtype=np.float64)
     roofline_warnings: tuple[str, ...] = ()
     if ctx.options.ncu_report is not None:
         lines, roofline_warnings = mfu_lines(ctx, float(durations.mean()) if len(durations) else 0.0)
         summary += lines
-    iterations: list[tuple[Field, object]] = [
-        (Field("key_node", "Key Node"), its.key_node or "(not found)"),
-        (Field("total_iterations", "Total Iterations", COUNT), its.count),
-        (Field("aggregated_iterations", "Aggregated Iterations", COUNT), its.stop - its.start + 1),
-        (Field("start_iteration", "Start Iteration"), its.start),
-        (Field("stop_iteration", "Stop Iteration"), its.stop),
-        (Field("iteration_time_avg_ns", "Average Iteration Time (ns)", NS, digits=1), float(durations.mean())),
-        (Field("iteration_time_std_ns", "Iteration Time Standard Deviation", NS, digits=1), float(durations.std())),
-    ]
+    iterations = _iterations_section(its.key_node or "(not found)", (its.count, its.stop - its.start + 1, its.start,
+                                                                     its.stop), agg)
+    ops = op_totals(deps["detail"].main)
+    warnings = []
+    if tc_util is None:
+        warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
+    note = pace_note(*pace(agg)) if its.found else None  # without a key node there is no CPU side
+    if note:
+        warnings.append(note)
     return Report(
         "summary",
         "summary",
@@ -252,17 +385,15 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
             key_values("system", "System Config", system_config(ctx)),
             key_values("summary", "Summary Report", summary),
             key_values("iterations_summary", "Iterations", iterations),
+            Table("all_ops", "All Ops", OP_FIELDS, ops),
             Table("all_kernels", "All Kernels", KERNEL_FIELDS, kernel_totals(ctx, names)),
-            Table("all_ops", "All Ops", OP_FIELDS, op_totals(deps["detail"].main)),
             Table("iterations", "Iterations", ITERATION_FIELDS, per_iteration, csv=False),
             Table("op_type_iterations", "GPU Time per Op Type and Iteration", OP_TYPE_ITERATION_FIELDS,
                   op_type_iterations(ctx), csv=False),
             Table("kernel_names", "Kernel Names", KERNEL_NAME_FIELDS, names, csv=False),
             *timeline_tables(ctx, per_iteration),
         ),
-        warnings=(() if tc_util is not None else (
-            "summary: no Tensor Core Kernel Utilization %: no Tensor-Core-eligible op ran a kernel in the "
-            "aggregated iterations (see the detail report)",)) + roofline_warnings,
+        warnings=tuple(warnings) + roofline_warnings,
     )
 
 
@@ -314,24 +445,23 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     counts = [r.iterations.count for r in job.ranks]
     key_nodes = list(dict.fromkeys(r.iterations.key_node or "(not found)" for r in job.ranks))
     first = job.ranks[0].iterations
-    durations = agg["duration_ns"].to_numpy(dtype=np.float64)
-    iterations: list[tuple[Field, object]] = [
-        (Field("key_node", "Key Node"), ", ".join(key_nodes)),
-        (Field("total_iterations", "Total Iterations", COUNT), min(counts)),
-        (Field("aggregated_iterations", "Aggregated Iterations", COUNT), first.stop - first.start + 1),
-        (Field("start_iteration", "Start Iteration"), first.start),
-        (Field("stop_iteration", "Stop Iteration"), min(r.iterations.stop for r in job.ranks)),
-        (Field("iteration_time_avg_ns", "Average Iteration Time (ns)", NS, digits=1),
-         float(durations.mean()) if len(durations) else 0.0),
-        (Field("iteration_time_std_ns", "Iteration Time Standard Deviation", NS, digits=1),
-         float(durations.std()) if len(durations) else 0.0),
-    ]
+    stop = min(r.iterations.stop for r in job.ranks)  # the iterations every rank has
+    iterations = _iterations_section(", ".join(key_nodes), (min(counts), stop - first.start + 1, first.start, stop),
+                                     agg)
     names = merge_tables([r.table("kernel_names") for r in reports])
     totals = pd.concat([r.table("all_kernels").frame for r in reports]).groupby("kernels", sort=False)[
         ["gpu_time_ns", "launch_api_time_ns"]].sum().reindex(KERNEL_ROWS).reset_index()
     totals["distinct_kernels"] = distinct_counts(names.frame)
     sums = tuple(replace(f, merge=SUM) if f.unit == NS else f for f in KERNEL_FIELDS)
-    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
+    ops = op_totals(deps["detail"].main)
+    # the ranks' notes are replaced by the job's (one warning per cause)
+    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings
+                                  if not w.startswith(PACE_NOTE) and not w.startswith("summary: no Tensor-Core")))
+    if not eligible:
+        warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
+    note = pace_note(*pace(agg)) if all(r.iterations.found for r in job.ranks) else None
+    if note:
+        warnings.append(note)
     if len(set(counts)) > 1:
         warnings.append("summary: ranks found different numbers of iterations ("
                         + ", ".join(f"rank {n}: {c}" for n, c in zip(ranks, counts, strict=True))
@@ -340,9 +470,9 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
         key_values("system", "System Config", _job_system(reports, job)),
         key_values("summary", "Summary Report", summary),
         key_values("iterations_summary", "Iterations", iterations),
-        summed_over(Table("all_kernels", "All Kernels", sums, totals[[f.key for f in KERNEL_FIELDS]]), len(ranks)),
         summed_over(Table("all_ops", "All Ops", tuple(replace(f, merge=SUM) if f.unit == NS else f for f in OP_FIELDS),
-                          op_totals(deps["detail"].main)), len(ranks)),
+                          ops), len(ranks)),
+        summed_over(Table("all_kernels", "All Kernels", sums, totals[[f.key for f in KERNEL_FIELDS]]), len(ranks)),
         per,
         with_rank([r.table("op_type_iterations") for r in reports], ranks),
         names,

@@ -2,9 +2,12 @@
 
 Times here are sums of kernel durations (memcpy/memset are not kernels and are left out), so
 ``Total GPU Time`` can differ from the detail report's GPU time, which is the union of all the
-op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. With --ncu_report,
-Tensor Core use is ncu's measurement where a launch of the kernel was profiled (``RankContext.uses_tc``),
-and a column lists the op's kernels whose measured use differs from the name rules.
+op's GPU work. TC Utilization = TC kernel time / total kernel time of the op. Kernel counts are
+distinct kernels by short name, as DLProf counts them (the names listed next to them), not launches;
+a kernel is listed as a TC kernel of the op when any of its launches there ran on Tensor Cores. With
+--ncu_report, Tensor Core use is ncu's measurement where a launch of the kernel was profiled
+(``RankContext.uses_tc``), and a column lists the op's kernels whose measured use differs from the name
+rules.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from ..context import RankContext
+from ..ops.aggregate import op_usage
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
-from .detail import empty, no_ops_warning
+from .detail import empty, no_eligible_warning, no_ops_warning
 from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
 from .roofline import TC_MISMATCH, tc_mismatch_names, tc_warning
 
@@ -31,33 +35,36 @@ FIELDS = (
     Field("tc_kernel_time_ns", "TC GPU Time (ns)", NS, merge=SUM),
     Field("non_tc_kernel_time_ns", "Non-TC GPU Time (ns)", NS, merge=SUM),
     Field("tc_utilization_pct", "TC Utilization (%)", PERCENT, digits=1, merge=DERIVED),
-    Field("kernels", "Total Kernel Count", COUNT, merge=SUM),
-    Field("tc_kernels", "TC Kernel Count", COUNT, merge=SUM),
+    Field("kernels", "Total Kernel Count", COUNT, merge=DERIVED),
+    Field("tc_kernels", "TC Kernel Count", COUNT, merge=DERIVED),
     Field("tc_kernel_names", "TC Kernel Names"),
-    Field("non_tc_kernels", "Non-TC Kernel Count", COUNT, merge=SUM),
+    Field("non_tc_kernels", "Non-TC Kernel Count", COUNT, merge=DERIVED),
     Field("non_tc_kernel_names", "Non-TC Kernel Names"),
     Field("op_key", "Op Key", merge=KEY, csv=False),
     Field("order", "Order Of First Appearance", merge=MIN, csv=False),
 )
 
 
-def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Series]:
-    """Per op key: distinct short names of its TC kernels and of its other kernels, sorted, ', '-joined."""
+def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Per op key: distinct short names of its TC kernels and of its other kernels, sorted, ', '-joined,
+    and the number of distinct short names of all its kernels."""
     work = ctx.work
     instance = ctx.ops.work_instance
     selected = ctx.op_instances
     mine = (work["kind"].to_numpy() == KERNEL) & np.isin(instance, selected.index.to_numpy())
     key = ctx.ops.instances["key"].to_numpy()[instance[mine]]
-    rows = ctx.profile.kernels["short_name_id"].to_numpy()[work["row"].to_numpy()[mine]]
-    tc = ctx.uses_tc(work["name_id"].to_numpy()[mine])
-    pairs = pd.DataFrame({"key": key, "short": rows, "tc": tc}).drop_duplicates()
+    names = work["name_id"].to_numpy()[mine]
+    tc = ctx.uses_tc(names)
+    # a kernel (short name) is a TC kernel of the op when any of its launches there ran on Tensor Cores
+    pairs = pd.DataFrame({"key": key, "short": ctx.short_name_ids(names), "tc": tc}).groupby(
+        ["key", "short"], sort=False)["tc"].any().reset_index()
     pairs = pairs[pairs["key"].isin(keys)]
     pairs["name"] = ctx.profile.strings.decode(pairs["short"]).to_numpy()
 
     def joined(frame: pd.DataFrame) -> pd.Series:
         return frame.groupby("key")["name"].agg(lambda names: ", ".join(sorted(set(names))))
 
-    return joined(pairs[pairs["tc"]]), joined(pairs[~pairs["tc"]])
+    return joined(pairs[pairs["tc"]]), joined(pairs[~pairs["tc"]]), pairs.groupby("key")["name"].nunique()
 
 
 @report("tensor", file_suffix="tensor_core", requires={"kernels"})
@@ -66,15 +73,17 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
     fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
+    warnings = ()
+    if len(inst) and not eligible["kernel_time"].sum():  # the summary's warning, word for word: one cause
+        warnings = ("tensor: " + no_eligible_warning(int(op_usage(inst).sum())),)
     if eligible.empty:
-        warning = ("tensor: no Tensor-Core-eligible op (convolution, matmul/linear, attention, RNN) ran in "
-                   "the aggregated iterations",) if len(inst) else no_ops_warning(ctx, "tensor")
         return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields, empty(fields)),),
-                      warnings=warning + tc_warning(ctx))
+                      warnings=(warnings if len(inst) else no_ops_warning(ctx, "tensor")) + tc_warning(ctx))
     grouped = eligible.groupby("key", sort=False)
-    sums = grouped[["kernel_time", "tc_kernel_time", "kernels", "tc_kernels"]].sum()
+    sums = grouped[["kernel_time", "tc_kernel_time"]].sum()
     ops = ctx.ops.ops.reindex(sums.index)
-    tc_names, other_names = _kernel_names(ctx, sums.index)
+    tc_names, other_names, distinct = _kernel_names(ctx, sums.index)
+    tc_names, other_names = tc_names.reindex(sums.index).fillna(""), other_names.reindex(sums.index).fillna("")
     total = sums["kernel_time"].to_numpy()
     tc_time = sums["tc_kernel_time"].to_numpy()
     table = pd.DataFrame({
@@ -87,11 +96,11 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "tc_kernel_time_ns": tc_time,
         "non_tc_kernel_time_ns": total - tc_time,
         "tc_utilization_pct": 100.0 * tc_time / np.where(total > 0, total, 1),
-        "kernels": sums["kernels"].to_numpy(),
-        "tc_kernels": sums["tc_kernels"].to_numpy(),
-        "tc_kernel_names": tc_names.reindex(sums.index).fillna("").to_numpy(),
-        "non_tc_kernels": (sums["kernels"] - sums["tc_kernels"]).to_numpy(),
-        "non_tc_kernel_names": other_names.reindex(sums.index).fillna("").to_numpy(),
+        "kernels": distinct.reindex(sums.index).fillna(0).to_numpy(dtype=np.int64),
+        "tc_kernels": _count(tc_names).to_numpy(),
+        "tc_kernel_names": tc_names.to_numpy(),
+        "non_tc_kernels": _count(other_names).to_numpy(),
+        "non_tc_kernel_names": other_names.to_numpy(),
         "op_key": ops["op_key"].to_numpy(),
         "order": ops["order"].to_numpy(),
     })
@@ -100,7 +109,12 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     table = table.sort_values(["kernel_time_ns", "order"], ascending=[False, True], kind="stable")
     return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields,
                                                   table[[f.key for f in fields]].reset_index(drop=True)),),
-                  warnings=tc_warning(ctx))
+                  warnings=warnings + tc_warning(ctx))
+
+
+def _count(names: pd.Series) -> pd.Series:
+    """Number of names in each ', '-joined list."""
+    return names.map(lambda text: len([n for n in str(text).split(", ") if n])).astype(np.int64)
 
 
 def _union_names(values: pd.Series) -> str:
@@ -114,13 +128,18 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     frames = [r.main.frame for r in reports]
     stacked = pd.concat(frames, ignore_index=True)
     names = stacked.groupby("op_key", sort=False)[["tc_kernel_names", "non_tc_kernel_names"]].agg(_union_names)
+    every = (stacked["tc_kernel_names"].astype(str) + ", " + stacked["non_tc_kernel_names"].astype(str)).groupby(
+        stacked["op_key"], sort=False).agg(_union_names)
 
     def derive(frame: pd.DataFrame) -> pd.DataFrame:
         total = frame["kernel_time_ns"].to_numpy()
         tc = frame["tc_kernel_time_ns"].to_numpy()
         out = frame.assign(tc_utilization_pct=100.0 * tc / np.where(total > 0, total, 1))
-        return out.assign(tc_kernel_names=names["tc_kernel_names"].reindex(out["op_key"]).to_numpy(),
-                          non_tc_kernel_names=names["non_tc_kernel_names"].reindex(out["op_key"]).to_numpy())
+        tc_names = names["tc_kernel_names"].reindex(out["op_key"]).reset_index(drop=True)
+        other_names = names["non_tc_kernel_names"].reindex(out["op_key"]).reset_index(drop=True)
+        return out.assign(tc_kernel_names=tc_names.to_numpy(), non_tc_kernel_names=other_names.to_numpy(),
+                          kernels=_count(every.reindex(out["op_key"]).reset_index(drop=True)).to_numpy(),
+                          tc_kernels=_count(tc_names).to_numpy(), non_tc_kernels=_count(other_names).to_numpy())
 
     table = merge_tables([r.main for r in reports], derive)
     frame = job.renumber_ops(table.frame).sort_values(["kernel_time_ns", "order"], ascending=[False, True],

@@ -8,6 +8,7 @@ Contract: ``gpu_work(profile) -> DataFrame`` with one row per kernel, memcpy and
     device_id    int32
     stream_id    int32
     name_id      int64  kernel demangled-name id; -1 for memory operations
+    api_row      int64  row of the launching API call in the profile's runtime frame (-1 when none)
     api_start    int64  launching API call (-1 when no API row correlates)
     api_end      int64
     api_tid      int64  thread of the launching call (0 when none)
@@ -83,6 +84,7 @@ def launch_calls(gpu: pd.DataFrame, runtime: pd.DataFrame) -> pd.DataFrame:
         return np.where(has, values[row], missing).astype(np.int64) if len(values) else np.full(len(gpu), missing)
 
     return pd.DataFrame({
+        "api_row": found,
         "api_start": column(start_r, NO_ID),
         "api_end": column(runtime["end"].to_numpy(), NO_ID),
         "api_tid": column(tid_r, 0),

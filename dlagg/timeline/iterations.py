@@ -6,13 +6,20 @@ Iteration i spans (end of key instance i-1, end of key instance i]; iteration 0 
 start of the profile. The key node is an NVTX range name, or a glob with ``*`` (PyTorch's
 ``ProfilerStep#N`` differs per step). Without ``--key_node`` dlagg looks for well-known names,
 then for the range that repeats most regularly at the top level of the busiest thread. When the
-key node is not found, one iteration 0 spans the whole profile and the warning names candidates.
+key node is not found, one iteration 0 spans the whole profile from time 0 of the session (as
+DLProf: its CPU and Other shares then include what ran before the first event dlagg reads) and
+the warning names candidates.
+
+``with_gpu_work(iterations, iteration, end) -> Iterations`` then moves each iteration's end to
+the end of the GPU work launched in it when that is later (the host ran ahead of the GPU; see
+``model.Iterations``).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -194,9 +201,9 @@ def detect_iterations(
     if found:
         ends = np.unique(instances["end"].to_numpy(dtype=np.int64))
         starts = np.concatenate(([min(profile.meta.start, int(instances["start"].min()))], ends[:-1]))
-    else:
+    else:  # DLProf: one iteration 0 from the session's time 0 to the end of the profile
         ends = np.array([profile.meta.end], dtype=np.int64)
-        starts = np.array([profile.meta.start], dtype=np.int64)
+        starts = np.array([min(0, profile.meta.start)], dtype=np.int64)
     count = len(ends)
     start = 0 if iter_start is None else iter_start
     stop = count - 1 if iter_stop is None else iter_stop
@@ -219,3 +226,18 @@ def detect_iterations(
         found=found,
         candidates=() if found else candidates(profile),
     )
+
+
+def with_gpu_work(iterations: Iterations, iteration: np.ndarray, end: np.ndarray) -> Iterations:
+    """`iterations` with each iteration ending at the later of its key-node instance's end and the end
+    of the last GPU work launched in it (`iteration`: the launch-attributed iteration of each GPU
+    work row, -1 outside every window; `end`: its end), kept non-decreasing; iteration i starts where
+    iteration i-1 ends. Host-side attribution (``Iterations.assign``) is unchanged."""
+    key_ends = iterations.launch_ends
+    count = len(key_ends)
+    last = np.full(count, -1, dtype=np.int64)
+    inside = (iteration >= 0) & (iteration < count)
+    np.maximum.at(last, np.asarray(iteration)[inside], np.asarray(end, dtype=np.int64)[inside])
+    ends = np.maximum.accumulate(np.maximum(key_ends, last))
+    starts = np.concatenate((iterations.starts[:1], ends[:-1]))
+    return replace(iterations, starts=starts, ends=ends, key_ends=key_ends, gpu_ends=last)

@@ -66,12 +66,15 @@ class Style:
     number: Callable[[float, int | None], str]  # a float shown with `digits` decimals (None: the style's default)
     text: Callable[[str], str]  # one string
     texts: Callable[[pa.Array], pa.Array] | None = None  # a column of strings, vectorised (nulls stay null)
+    # A string, and a column of strings, where the field asks for text bare when it can be (Field.quote).
+    bare_text: Callable[[str], str] | None = None
+    bare_texts: Callable[[pa.Array], pa.Array] | None = None
     separator: str = ","
     prefix: str = ""
     suffix: str = "\n"
 
-    def value(self, value: object, digits: int | None = None) -> str:
-        """One value of any type."""
+    def value(self, value: object, digits: int | None = None, quote: bool = True) -> str:
+        """One value of any type (`quote` False: text bare when it can be, see `Field.quote`)."""
         if is_missing(value):
             return self.missing
         if isinstance(value, (bool, np.bool_)):
@@ -80,9 +83,11 @@ class Style:
             return self.integer(int(value))
         if isinstance(value, (float, np.floating)):
             return self.number(float(value), digits)
+        if not quote and self.bare_text is not None:
+            return self.bare_text(str(value))
         return self.text(str(value))
 
-    def cells(self, column: pd.Series, digits: int | None = None) -> pa.Array:
+    def cells(self, column: pd.Series, digits: int | None = None, quote: bool = True) -> pa.Array:
         """A (non-categorical) column as cell texts, nulls where values are missing."""
         dtype = column.dtype
         if pd.api.types.is_bool_dtype(dtype):
@@ -91,9 +96,11 @@ class Style:
             return pc.cast(_arrow(column), STRING)
         if pd.api.types.is_float_dtype(dtype):
             return _per_value(column, lambda v: self.number(float(v), digits))  # type: ignore[arg-type]
+        if not quote and self.bare_texts is not None and _is_text(column):
+            return self.bare_texts(_arrow(column, STRING))
         if self.texts is not None and _is_text(column):
             return self.texts(_arrow(column, STRING))
-        return _per_value(column, self.value)  # mixed object column (key/value sections): a few cells
+        return _per_value(column, lambda v: self.value(v, quote=quote))  # mixed object column: a few cells
 
 
 def _csv_text(text: str) -> str:
@@ -102,6 +109,18 @@ def _csv_text(text: str) -> str:
 
 def _csv_texts(text: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(_text('"'), pc.replace_substring(text, '"', '""'), _text('"'), _text(""))
+
+
+# What forces a CSV cell into quotes (RFC 4180): the separator, a quote or a line break in it.
+_MUST_QUOTE = r'[,"\r\n]'
+
+
+def _csv_bare(text: str) -> str:
+    return _csv_text(text) if any(c in text for c in ',"\r\n') else text
+
+
+def _csv_bare_texts(text: pa.Array) -> pa.Array:
+    return pc.if_else(pc.match_substring_regex(text, _MUST_QUOTE), _csv_texts(text), text)
 
 
 def _json_text(text: str) -> str:
@@ -124,7 +143,7 @@ def _exact(value: float, digits: int | None) -> str:
 
 # DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no and strings quoted.
 CSV = Style(missing="", true='"yes"', false='"no"', integer=str, number=_fixed, text=_csv_text,
-            texts=_csv_texts)
+            texts=_csv_texts, bare_text=_csv_bare, bare_texts=_csv_bare_texts)
 # JSON carries the figures themselves: floats unrounded, booleans as booleans.
 JSON = Style(missing="null", true="true", false="false", integer=str, number=_exact, text=_json_text,
              texts=_json_texts, prefix="[", suffix="],")
@@ -136,26 +155,27 @@ class Cells:
     def __init__(self, frame: pd.DataFrame, fields: Sequence[Field], style: Style) -> None:
         self.style = style
         self.rows = len(frame)
-        self.columns: list[tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, int | None]] = []
+        self.columns: list[tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, Field]] = []
         for field in fields:
             column = frame[field.key]
             dtype = column.dtype
             if isinstance(dtype, pd.CategoricalDtype):  # categories formatted once for the table
                 values = column.array
                 categories = pd.Series(np.asarray(values.categories, dtype=object), dtype=object)
-                self.columns.append((style.cells(categories, field.digits).cast(STRING), np.asarray(values.codes)))
+                self.columns.append((style.cells(categories, field.digits, field.quote).cast(STRING),
+                                     np.asarray(values.codes)))
             elif pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
                 self.columns.append(_arrow(column))  # the same digits in every style; sliced per chunk
             else:
-                self.columns.append((column, field.digits))
+                self.columns.append((column, field))
 
-    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, int | None], first: int,
+    def _chunk(self, column: tuple[pa.Array, np.ndarray] | pa.Array | tuple[pd.Series, Field], first: int,
                stop: int) -> pa.Array:
         if isinstance(column, pa.Array):
             return pc.cast(column.slice(first, stop - first), STRING)
         values, detail = column
         if isinstance(values, pd.Series):
-            return self.style.cells(values.iloc[first:stop], detail)
+            return self.style.cells(values.iloc[first:stop], detail.digits, detail.quote)
         part = detail[first:stop]  # codes into the formatted categories
         return values.take(pa.array(part, mask=part < 0)) if (part < 0).any() else values.take(part)
 

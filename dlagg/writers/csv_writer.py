@@ -1,9 +1,11 @@
 """CSV in DLProf v1.8's layout: per table a title line, a header, rows; blank line between tables.
 
 Integers as integers (ns), floats with their field's decimals (one for averages and percentages),
-booleans as "yes"/"no", strings double-quoted, missing values empty; a key/value table is one
-``"title",value`` line per figure. Tables marked ``csv=False`` (figures DLProf's files do not have)
-and fields marked ``csv=False`` are left out. Formatting is column-wise (``cells.py``), never per row.
+booleans as "yes"/"no", strings double-quoted (bare, as DLProf writes them, for fields that say so:
+the summary's row labels), missing values empty; a key/value table is one ``title,value`` line per
+figure, both written bare unless they must be quoted (a comma, quote or line break), as DLProf does.
+Tables marked ``csv=False`` (figures DLProf's files do not have) and fields marked ``csv=False`` are
+left out. Formatting is column-wise (``cells.py``), never per row.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ CHUNK_ROWS = 4096
 
 def _header_cell(text: str) -> str:
     """Titles and column names are bare unless they need quoting."""
-    return CSV.value(text) if ("," in text or '"' in text) else text
+    return CSV.value(text, quote=False)
 
 
 def table_chunks(table: Table) -> Iterator[str | memoryview]:
@@ -33,7 +35,8 @@ def table_chunks(table: Table) -> Iterator[str | memoryview]:
     if table.key_value:
         values = table.values
         yield "\n".join([_header_cell(table.title)]
-                        + [f"{CSV.value(f.title)},{CSV.value(values[f.key], f.digits)}" for f in fields]) + "\n"
+                        + [f"{_header_cell(f.title)},{CSV.value(values[f.key], f.digits, quote=False)}"
+                           for f in fields]) + "\n"
         return
     yield _header_cell(table.title) + "\n" + ",".join(_header_cell(f.title) for f in fields) + "\n"
     if not fields:

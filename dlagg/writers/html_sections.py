@@ -147,7 +147,8 @@ def summary_section(report: Report, page: Page) -> None:
              f"iterations {its['start_iteration']}–{its['stop_iteration']} of {its['total_iterations']} "
              f"(key node {its['key_node']})"),
         Card("GPU time of kernels and copies", duration(float(kernels.loc["All kernels", "gpu_time_ns"])),
-             f"{int(kernels.loc['All kernels', 'distinct_kernels']):,} distinct kernels and copies, "
+             f"{int(kernels.loc['All kernels', 'distinct_kernels']):,} distinct kernels (short names) and memory "
+             "calls, "
              f"{int(kernels.loc['Kernels using TC', 'distinct_kernels']):,} on Tensor Cores"),
     ])
     part.chart(partition_spec(values), "Where the wall-clock time of the aggregated iterations goes: each instant "
@@ -363,13 +364,15 @@ def op_type_section(report: Report, page: Page) -> None:
     table = report.main
     frame = table.frame
     part = page.section("op-types", "Op types", order=ORDER["op-types"],
-                        intro="GPU time, calls and Tensor Core share of each op type over the aggregated "
-                              "iterations (the op_type report; TC share from the tensor report: Tensor Core kernel "
-                              "time of the type's Tensor-Core-eligible ops over their kernel time).")
+                        intro="GPU time, calls and Tensor Core Kernel Utilization % of each op type over the "
+                              "aggregated iterations (the op_type report; the utilization as in the summary, from "
+                              "the tensor report: Tensor Core kernel time of the type's Tensor-Core-eligible ops "
+                              "over their kernel time).")
     if frame.empty:
         part.note("No op is known in this profile (no NVTX op ranges): see the warnings above.")
     else:
-        top = frame.head(TOP_OP_TYPES)
+        # the report lists types by name (DLProf's order): the chart shows those with most GPU time
+        top = frame.sort_values("gpu_time_total_ns", ascending=False, kind="stable").head(TOP_OP_TYPES)
         share = tc_share_by_op_type(page.report("tensor"))
         rows = [{"name": str(n), "gpu_ms": g, "calls": int(c), "ops": int(o),
                  "tc": None if n not in share.index else round(float(share[n]), 1)}
@@ -379,13 +382,13 @@ def op_type_section(report: Report, page: Page) -> None:
         tooltip = [{"field": "name", "title": "op type"},
                    {"field": "gpu_ms", "title": "GPU time (ms)", "format": ",.3f"},
                    {"field": "calls", "title": "calls", "format": ","}, {"field": "ops", "title": "ops"},
-                   {"field": "tc", "title": "TC share (%)", "format": ".1f"}]
+                   {"field": "tc", "title": "Tensor Core Kernel Utilization %", "format": ".1f"}]
         part.chart(bar_panels(rows, order, "op types", [
             {"width": 520, "x": {"field": "gpu_ms", "type": "quantitative", "title": "GPU time (ms)"},
              "color": {"value": "#4e79a7"}},
             {"width": NARROW, "x": {"field": "calls", "type": "quantitative", "title": "calls"},
              "color": {"value": "#9c755f"}},
-            {"width": NARROW, "x": {"field": "tc", "type": "quantitative", "title": "TC share (%)",
+            {"width": NARROW, "x": {"field": "tc", "type": "quantitative", "title": "TC Kernel Utilization %",
                                     "scale": {"domain": [0, 100]}}, "color": {"value": "#2e7d32"}},
         ], tooltip), f"the {len(rows)} op types with most GPU time of {len(frame)}; every one is in the table")
     part.table(table, report)
@@ -409,14 +412,15 @@ def kernel_section(report: Report, page: Page) -> None:
                         intro="The kernels with most GPU time over the aggregated iterations, summed over the ops "
                               "that launched them (the table has one row per kernel and op).")
     if not frame.empty:
-        grouped = frame.groupby("long_kernel_name", sort=False, observed=True).agg(
-            short=("kernel_name", "first"), gpu=("gpu_time_total_ns", "sum"), calls=("calls", "sum"),
+        # a kernel is its short name (the report's rows: one per short name and op)
+        grouped = frame.groupby("kernel_name", sort=False, observed=True).agg(
+            long=("long_kernel_name", "first"), gpu=("gpu_time_total_ns", "sum"), calls=("calls", "sum"),
             tc=("uses_tc", "max"))
         grouped = grouped.sort_values("gpu", ascending=False, kind="stable").head(TOP_KERNELS)
         rows = [{"name": f"{k + 1}. {short(str(n), LABEL_CHARS - 4)}", "full": str(f), "gpu_ms": g, "calls": int(c),
                  "avg_us": round(float(t) / float(c) / 1e3, 2) if c else None,
                  "tc": "Tensor Core" if bool(u) else "not Tensor Core"}
-                for k, (n, f, g, c, t, u) in enumerate(zip(grouped["short"], grouped.index,
+                for k, (n, f, g, c, t, u) in enumerate(zip(grouped.index, grouped["long"],
                                                            ms_values(grouped["gpu"].to_numpy()), grouped["calls"],
                                                            grouped["gpu"], grouped["tc"], strict=True))]
         order = [r["name"] for r in rows]

@@ -16,12 +16,16 @@ shows all iterations, the selected range in the profile's own colour and the oth
 ``^[^/]*$`` on run names keeps just the aggregated ranges when profiles are compared.
 
 Scalar tags (float32, as every TensorBoard scalar; times in ms so float32 keeps ns precision):
-    iteration/time_ms, iteration/gpu_utilization_pct, iteration/tensor_core_kernel_pct,
+    iteration/time_ms, iteration/cpu_side_time_ms, iteration/gpu_side_time_ms,
+    iteration/gpu_utilization_pct, iteration/tensor_core_kernel_utilization_pct,
     iteration/kernel_count, duration_ms/<class> (tc_kernel, kernel, memory, dataloader, io, cpu,
     other: the wall-clock partition of timeline.breakdown), op_type_gpu_ms/<op type> (top op types).
 With several ranks each rank is a run ``<profile_name>/rank<N>`` (and its sub-runs) whose tags are
 ``rank<N>/<tag>``, the ranks report's ``ranks/...`` figures among them: TensorBoard picks a chart's
 lines by tag, so per-rank tags are what lets a chart show one rank.
+Each percentage is the summary's figure of the same name, for one iteration (one definition per
+figure): GPU Utilization % and Tensor Core Kernel Utilization % (TC share of the kernel time of
+Tensor-Core-eligible ops); the summary's Tensor Core Kernel Duration % is duration_ms/tc_kernel.
 Text tags (one Markdown text per tag): run/metadata, run/warnings, <report>/<section title>, and
 ``<report>/<section title>/page 01 of 12`` for tables of more than TEXT_PAGE_ROWS rows.
 Image tags (the PNGs a report draws, as TensorBoard's image summaries): <report>/<image key>, e.g.
@@ -51,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OutputError
-from ..reports.base import Report
+from ..reports.base import Report, one_per_cause
 from ..reports.figures import Field, Table
 from ..reports.summary import PARTITION
 from .base import RunInfo, usual_permissions, writer
@@ -80,6 +84,8 @@ TOP_OP_TYPES = 8
 # Reports with one row per kernel launch: their per-iteration content is charted as scalars instead
 # (their card says so in one line).
 TEXT_SKIP_REPORTS = frozenset({"iteration"})
+# Tables DLProf's CSV files do not have that get a dashboard card all the same: (report, table key).
+TEXT_EXTRA_TABLES = frozenset({("expert_systems", "detectors")})
 # A dashboard card is about 1,000 px wide: columns that would squeeze the others into one character
 # per line stay in the CSV/JSON only. Long kernel names are mangled C++ templates hundreds of
 # characters wide (the short name is shown), kernel-name lists likewise; averages are the total over
@@ -89,7 +95,7 @@ NS_PER_MS = 1e6
 TENSORBOARD_URL = "http://localhost:6006"  # tensorboard's default address
 
 DURATION_TITLES = {
-    "tc_kernel": "Tensor Core kernels",
+    "tc_kernel": "Tensor Core kernels (Tensor Core Kernel Duration %)",
     "kernel": "other kernels",
     "memory": "memory (memcpy/memset)",
     "dataloader": "dataloader",
@@ -98,10 +104,17 @@ DURATION_TITLES = {
     "other": "other (none of the above)",
 }
 SCALAR_DESCRIPTIONS = {
-    "iteration/time_ms": "Wall-clock time of the iteration (key-node window), ms.",
-    "iteration/gpu_utilization_pct": "Share of the iteration during which a kernel runs, averaged over GPUs, %.",
-    "iteration/tensor_core_kernel_pct": "GPU time of Tensor Core kernels / GPU time of all kernels launched "
-                                        "in the iteration, %.",
+    "iteration/time_ms": "Wall-clock time of the iteration: from the previous iteration's end to the later of its "
+                         "key-node range's end and the end of the GPU work launched in it, ms.",
+    "iteration/cpu_side_time_ms": "CPU-side time of the iteration: key-node range end to key-node range end (the "
+                                  "host's pace), ms.",
+    "iteration/gpu_side_time_ms": "GPU-side time of the iteration: end of the GPU work launched in the previous "
+                                  "iteration to the end of the GPU work launched in it (the GPU's pace), ms.",
+    "iteration/gpu_utilization_pct": "GPU Utilization % (as in the summary) of the iteration: share of it during "
+                                     "which a kernel runs, averaged over GPUs, %.",
+    "iteration/tensor_core_kernel_utilization_pct": "Tensor Core Kernel Utilization % (as in the summary) of the "
+                                                    "iteration: Tensor Core kernel time / kernel time of the "
+                                                    "Tensor-Core-eligible ops called in it, %.",
     "iteration/kernel_count": "Kernels launched in the iteration.",
     **{f"duration_ms/{name}": f"Wall-clock time of the iteration spent in {title}, ms "
                               "(first active class wins; the classes sum to the iteration time)."
@@ -145,12 +158,15 @@ def iteration_scalars(summary: Report, rank: int | None = None, ranks: Report | 
     duration = its["duration_ns"].to_numpy(dtype=np.float64)
     frame = pd.DataFrame(index=pd.Index(its["iteration"].to_numpy(), name="iteration"))
     frame["iteration/time_ms"] = duration / NS_PER_MS
-    kernel_ns = its["kernel_time_ns"].to_numpy(dtype=np.float64)
+    frame["iteration/cpu_side_time_ms"] = its["cpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    frame["iteration/gpu_side_time_ms"] = its["gpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    eligible_ns = its["tc_eligible_kernel_time_ns"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["iteration/gpu_utilization_pct"] = np.where(
             duration > 0, 100.0 * its["gpu_busy_ns"].to_numpy(dtype=np.float64) / duration, np.nan)
-        frame["iteration/tensor_core_kernel_pct"] = np.where(
-            kernel_ns > 0, 100.0 * its["tc_kernel_time_ns"].to_numpy(dtype=np.float64) / kernel_ns, np.nan)
+        frame["iteration/tensor_core_kernel_utilization_pct"] = np.where(
+            eligible_ns > 0, 100.0 * its["tc_eligible_tc_kernel_time_ns"].to_numpy(dtype=np.float64) / eligible_ns,
+            np.nan)
     frame["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
     for name in PARTITION:
         frame[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
@@ -356,7 +372,7 @@ def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
     """Text tag -> Markdown, in display order: ``<report>/<section title>``, and for a table of
     several pages ``<report>/<section title>/page 01 of 12``."""
     texts = {"run/metadata": metadata_markdown(info, reports)}
-    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
+    warnings = one_per_cause(w for r in reports for w in r.warnings)
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:
@@ -367,7 +383,7 @@ def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
                 "(kernels launched, Tensor Core share); the rows are in the CSV/JSON report._")
             continue
         for table in report.tables:
-            if not table.csv:
+            if not (table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES):
                 continue
             pages = table_markdown(table, report)
             digits = len(str(len(pages)))
@@ -383,8 +399,10 @@ def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
 # Single-tag charts in display order (the most useful first); lines are the runs that hold the tag.
 ITERATION_CHARTS = {
     "iteration/time_ms": "Iteration time (ms)",
-    "iteration/gpu_utilization_pct": "GPU utilization (%)",
-    "iteration/tensor_core_kernel_pct": "Tensor Core kernel share of kernel GPU time (%)",
+    "iteration/cpu_side_time_ms": "CPU-side iteration time (ms)",
+    "iteration/gpu_side_time_ms": "GPU-side iteration time (ms)",
+    "iteration/gpu_utilization_pct": "GPU Utilization %",
+    "iteration/tensor_core_kernel_utilization_pct": "Tensor Core Kernel Utilization %",
     "iteration/kernel_count": "Kernels launched",
 }
 RANK_CHARTS = {
@@ -395,7 +413,7 @@ RANK_CHARTS = {
     "ranks/compute_kernel_ms": "Compute kernels (ms)",
     "ranks/communication_kernel_ms": "Communication kernels (ms)",
     "ranks/gpu_idle_ms": "GPU idle (ms)",
-    "iteration/gpu_utilization_pct": "GPU utilization (%)",
+    "iteration/gpu_utilization_pct": "GPU Utilization %",
 }
 # TensorBoard colours a custom-scalars line by its run (lines of one run differ only by marker shape),
 # so every chart charts one quantity and its lines are runs; at most this many in a chart.
