@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -333,7 +334,8 @@ def build_parser() -> Parser:
         help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
              "(default csv; html: one self-contained page with plots)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
-    add("--profile_name", default="dlagg", metavar="NAME", help="prefix of every output file name (default dlagg)")
+    add("--profile_name", default="dlagg", metavar="NAME",
+        help="prefix of every output file name, not a path (default dlagg)")
     add("--key_node", "--key_op", dest="key_node", default=None, metavar="NAME",
         help="NVTX range that marks one training step; '*' globs (ProfilerStep#*). Default: detected")
     add("--iter_start", type=iteration, default=None, metavar="N", help="first iteration to aggregate (default 0)")
@@ -343,7 +345,8 @@ def build_parser() -> Parser:
         help="overwrite existing outputs (default false)")
     add("-v", "--verbosity", choices=VERBOSITIES, default="normal", help="stderr detail (default normal)")
     add("--tb_dir", default="event_files", metavar="DIR",
-        help="TensorBoard event-file folder inside --output_path (default event_files)")
+        help="TensorBoard event-file folder inside --output_path (default event_files); an absolute path puts the "
+             "event files there")
     add("-b", "--suppress_tb_files", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="do not write TensorBoard event files (default false)")
     add("--per_rank", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
@@ -353,6 +356,17 @@ def build_parser() -> Parser:
     add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
         help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
              "needs pip install 'dlagg[dask]'")
+    add_roofline_arguments(parser)
+    add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
+             "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
+    add_baseline_arguments(parser)
+    add_dlprof_arguments(parser)
+    return parser
+
+
+def add_roofline_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
     add("--ncu_report", default=None, metavar="CSV",
         help="Nsight Compute metrics of one training step ('ncu -i step.ncu-rep --csv --page raw > step.csv', plain "
              "or .gz), read-only: adds the roofline report, roofline figures to the kernel, op_type and summary "
@@ -361,12 +375,6 @@ def build_parser() -> Parser:
         help="measured ceilings replacing ncu's own where the file names them (format: docs/roofline.md)")
     add("--ncu_rank", type=rank, default=None, metavar="N",
         help="the rank whose process ncu profiled, when the nsys export(s) hold several (default: the first rank)")
-    add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
-        help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
-             "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
-    add_baseline_arguments(parser)
-    add_dlprof_arguments(parser)
-    return parser
 
 
 BASELINE_OVERRIDES = ("key_node", "iter_start", "iter_stop", "domains", "profile_name")
@@ -461,6 +469,18 @@ def with_default_reports(options: Options) -> tuple[Options, str]:
                                              "writes every report")
 
 
+def ignore_file_size_signal() -> None:
+    """Past a file-size limit (ulimit -f) a write fails with EFBIG instead of SIGXFSZ killing the process (with
+    a core dump and no message): the output error says which folder and what to do, and the previous outputs
+    stay (writers/staging.py). Set after the program run under nsys has ended: an ignored signal is inherited
+    across exec, and the program's own behaviour is not dlagg's to change."""
+    if hasattr(signal, "SIGXFSZ"):
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        except ValueError:  # main() called from another thread than the main one: the default stays
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     own, program = parser.split_program(sys.argv[1:] if argv is None else argv)
@@ -514,6 +534,7 @@ def _run(options: Options, log: Log, args: argparse.Namespace, program: list[str
         nsys = ready(program)
         check_outputs(options)  # a report in the way is found before the program runs, not after
         recorded = record(nsys, program, recording, log)
+    ignore_file_size_signal()
     result = run(options, log, worker_init=tune_process)
     return _finish(result, options, log, args, recorded, defaults)
 

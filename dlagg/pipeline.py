@@ -33,6 +33,7 @@ from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
+from .writers.staging import Staging, check_output_names
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
@@ -127,6 +128,7 @@ def check_outputs(options: Options) -> None:
     options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     _check_roofline_options(options)
+    check_output_names(options)
     baseline_job(options)
     names = resolve_reports(options.reports, inputs=_inputs(options))
     if names or options.baseline is not None:
@@ -178,8 +180,15 @@ def _out_dir(options: Options, fmt: str) -> Path:
 
 
 def _rank_dir(options: Options, rank: int) -> Path:
-    """Where --per_rank writes one rank's reports."""
+    """Where --per_rank writes one rank's reports (staging.RANK_FOLDER)."""
     return options.output_path / f"rank{rank}"
+
+
+def _staging(options: Options, log: Log) -> Staging:
+    """Where the run's outputs wait until every one is written, to be moved into place together."""
+    return Staging(options.output_path, _out_dir(options, TENSORBOARD), options.profile_name, force=options.force,
+                   events=TENSORBOARD in _writers(options),
+                   suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
 
 
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
@@ -188,6 +197,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
     _check_roofline_options(options)
+    check_output_names(options)
     baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
@@ -206,8 +216,8 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
     build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
     comm = communication_needed(job, build)
-    writes = _Writes(log)
-    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+    writes = _Writes(log, staging := _staging(options, log))
+    with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:  # the pool's writes end first
         if several:
             task = rank_task(options, build, comm, several=True)
             ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler,
@@ -254,11 +264,6 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         if options.per_rank and several:
             for rank in ranks:  # ranks, not events
                 rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
-                try:
-                    _rank_dir(options, rank.source.rank).mkdir(exist_ok=True)
-                except OSError as exc:
-                    raise OutputError(f"{_rank_dir(options, rank.source.rank)}: cannot create the folder "
-                                      f"({exc.strerror}); choose another --output_path") from None
                 for fmt in options.formats:
                     if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
                         given = [rank.reports[n] for n in REPORTS if n in rank.reports]
@@ -326,8 +331,8 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
                    iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
                    dlagg_version=__version__, reports=tuple(names), ranks=())
     formats = _writers(options)
-    writes = _Writes(log)
-    with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+    writes = _Writes(log, staging := _staging(options, log))
+    with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
         for fmt in formats:
             writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
         written = writes.results(formats, names)
@@ -365,26 +370,29 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
 
 
 class _Writes:
-    """Writer jobs on a thread pool; a format's time is the sum of its jobs' (they overlap others)."""
+    """Writer jobs on a thread pool, written into `staging` and moved into place together by `results`; a
+    format's time is the sum of its jobs' (they overlap others)."""
 
-    def __init__(self, log: Log) -> None:
+    def __init__(self, log: Log, staging: Staging) -> None:
         self.log = log
+        self.staging = staging
         self.jobs: list[tuple[str, str, Future[tuple[list[Path], float]]]] = []  # format, report, job
 
     def submit(self, pool: ThreadPoolExecutor, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> None:
         def write() -> tuple[list[Path], float]:
             began = time.perf_counter()
-            paths = WRITERS[fmt].write(reports, out_dir, info)
+            paths = self.staging.write(fmt, reports, out_dir, info)
             return paths, time.perf_counter() - began
 
         self.jobs.append((fmt, reports[0].name, pool.submit(write)))
 
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
-        """Paths written, by format then report (in `names` order); the first failure is raised
-        once every job has ended."""
+        """Paths written (moved into place), by format then report (in `names` order); the first failure is
+        raised once every job has ended, and then nothing is moved."""
         wait([job for _, _, job in self.jobs])
         for _, _, job in self.jobs:
             job.result()
+        self.staging.commit()
         release_free_memory()
         written: list[Path] = []
         order = {name: k for k, name in enumerate(REPORTS)}

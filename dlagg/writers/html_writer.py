@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
-from ..errors import OutputError
 from ..reports.base import Report
 from .base import RunInfo, atomic_write, writer
 from .html_page import Page, body, escape, key_value_rows, render_sections
@@ -135,11 +134,7 @@ class HtmlWriter:
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
         path = out_dir / f"{info.profile_name}_{PAGE_SUFFIX}.html"
-        try:
-            atomic_write(path, page_pieces(reports, info))
-        except OSError as exc:
-            raise OutputError(f"{path}: cannot write the HTML page ({exc.strerror}); choose another --output_path")\
-                from None
+        atomic_write(path, page_pieces(reports, info))  # an OSError is named by the staging (writers/staging.py)
         return [path]
 
     def how_to_open(self, written: Sequence[Path]) -> str | None:

@@ -36,7 +36,8 @@ The custom-scalars layout charts one quantity per chart (`scalars_layout`): Tens
 chart's lines apart by colour only when they come from different runs.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
-over it, so a re-run with --force never mixes stale event files into the new run. TensorBoard and
+over it, so a re-run with --force never mixes stale event files into the new run (the pipeline stages
+`out_dir` too: writers/staging.py). An OSError is raised as it is; the staging names the folder. TensorBoard and
 protobuf are imported inside ``write`` only, so CSV/JSON runs do not pay for them.
 """
 
@@ -54,7 +55,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import OutputError
 from ..reports.base import Report, one_per_cause
 from ..reports.figures import Field, Table
 from ..reports.summary import PARTITION
@@ -609,19 +609,12 @@ class TensorboardWriter:
                     runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
         runs[""] = _static_events(shown, info, tags, runs_per_rank, wall_time) + runs.get("", [])
         final = out_dir / info.profile_name
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
             usual_permissions(staging, 0o777)  # mkdtemp makes 0700
-        except OSError as exc:
-            raise OutputError(f"{out_dir}: cannot create the event-file folder ({exc.strerror}); "
-                              "choose another --output_path or --tb_dir") from None
-        try:
             written = [_write_run(staging / run if run else staging, events) for run, events in runs.items()]
             _swap_in(staging, final)
-        except OSError as exc:
-            raise OutputError(f"{final}: cannot write TensorBoard event files ({exc.strerror}); "
-                              "choose another --output_path or --tb_dir") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return [final / path.relative_to(staging) for path in written]

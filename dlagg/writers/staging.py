@@ -1,0 +1,448 @@
+"""All-or-nothing outputs: a run writes every file into a staging folder and moves the complete set into place
+at the end, replacing the previous set of its profile name as a whole.
+
+Contract (``pipeline.run`` is the user)::
+
+    with Staging(output_path, event_dir, profile_name, force=..., events=..., suffixes=..., log=log) as staging:
+        staging.write(fmt, reports, final_dir, info)   # instead of WRITERS[fmt].write; any thread; final paths back
+        staging.commit()                               # once every write has ended
+    # leaving the block without a commit (an error, Ctrl-C, out of memory) removes the staging folder
+
+**Layout.** ``<root>/.dlagg-staging.<host>.<pid>.<random>/`` in the output folder (the same filesystem, so a
+move is a rename), holding::
+
+    files/         the outputs, laid out as they will be under <root> (rank<N>/..., <tb_dir>/<profile_name>/...)
+    journal.json   the commit's moves; written (atomically) once every output is complete
+    trash/         what the moves replaced; removed with the staging folder
+    primary        (an absolute --tb_dir outside --output_path, which gets a staging folder of its own) the
+                   path of the output folder's staging folder, which holds the journal
+
+**Units.** What a writer writes directly in its folder is one unit, moved by one rename: a report file, the
+HTML page, a PNG, or TensorBoard's run folder ``<tb_dir>/<profile_name>`` (replaced as a whole).
+
+**The set of a profile name** (`Staging.ours`): every file a writer could write for it (each report's CSV,
+JSON and PNG, the HTML page, the compare report) in --output_path and its ``rank<N>/`` folders, and its
+event folder ``<tb_dir>/<profile_name>``. With --force the commit also removes those the run did not write,
+so what is left is the new set, never a mix of old and new; files of other profile names and anything else
+in the folders are never touched. Without --force, a unit already in place stops the commit (however it got
+there since the run's first check): nothing is overwritten.
+
+**Killed runs.** Until ``journal.json`` exists the outputs in place are the previous set, and a kill (or a
+full disk, or running out of memory) leaves only the staging folder. Once it exists the commit is decided:
+its renames take milliseconds, and a run killed among them leaves the journal, from which the next run
+finishes them. Every run, before it writes, looks at the staging folders in its folders: one whose process
+is gone (no such pid, or a pid reused by a process started after the folder was made) is finished when it
+has a journal and removed when not; one made on another host (a shared filesystem) is left alone for
+OTHER_HOST_S, since its process cannot be checked from here. It also removes the temporary files older
+dlagg versions left beside this profile name's outputs when killed. Each is said on stderr (info).
+Recovery and commit hold an exclusive lock (flock) on the folders, so concurrent runs commit in turn.
+Outputs are not fsynced: the guarantees cover a killed process, not a power cut.
+
+**Errors.** An OSError while staging (disk full, file-size limit, quota, read-only filesystem) is an
+`OutputError` naming the final folder and what to do; the previous set is untouched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import unicodedata
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from ..errors import OptionsError, OutputError
+from ..reports.base import Report
+from .base import WRITERS, RunInfo
+
+if TYPE_CHECKING:
+    from ..log import Log
+    from ..options import Options
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: commits of concurrent runs are not ordered
+    fcntl = None  # type: ignore[assignment]
+
+STAGING = ".dlagg-staging"
+FILES, JOURNAL, TRASH, PRIMARY = "files", "journal.json", "trash", "primary"
+HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+# <STAGING>.<host>.<pid>.<tempfile's random part>
+STAGING_NAME = re.compile(re.escape(STAGING) + r"\.(?P<host>.+)\.(?P<pid>\d+)\.[a-z0-9_]+")
+# A process started this long after its pid's staging folder was made is not the one that made it (the
+# process start time from /proc is in whole seconds of boot time plus clock ticks).
+START_SLACK_S = 2.0
+# A staging folder made on another host is left alone this long (no dlagg run lasts a day); then it is stale.
+OTHER_HOST_S = 24 * 3600.0
+RANK_FOLDER = re.compile(r"rank\d+")  # --per_rank's folders (pipeline._rank_dir)
+TENSORBOARD = "tensorboard"
+# What older dlagg versions left when killed: atomic_write's `.<name>.<random>.tmp` files beside a report
+# and the TensorBoard writer's `.<profile_name>.<random>.tmp` and `.<profile_name>.old.<random>` folders.
+LEGACY_TEMP = r"\.{name}\.(?:[a-z0-9_]{{8}}\.tmp|old\.[a-z0-9_]{{8}})"
+NAME_MAX = 255  # bytes in a file name (Linux, macOS)
+
+# errno -> (what happened, what to do)
+CAUSES = {
+    errno.ENOSPC: ("the disk is full", "free some space or choose another --output_path"),
+    errno.EDQUOT: ("the disk quota is used up", "free some space or choose another --output_path"),
+    errno.EFBIG: ("a file would pass the file-size limit (ulimit -f)",
+                  "raise the limit (ulimit -f unlimited) or write fewer reports or formats"),
+    errno.EROFS: ("the filesystem is read-only", "choose another --output_path"),
+    errno.EACCES: ("permission denied", "choose another --output_path"),
+}
+
+Unit = tuple[int, str]  # (area: 0 the output folder, 1 an absolute --tb_dir outside it; path under its root)
+
+
+def output_error(exc: OSError, folder: Path, what: str) -> OutputError:
+    """The one line an OSError while writing outputs becomes."""
+    cause, todo = CAUSES.get(exc.errno or 0, (exc.strerror or str(exc), "choose another --output_path"))
+    return OutputError(f"{folder}: cannot write {what}: {cause}; the previous outputs are unchanged; {todo}")
+
+
+def check_output_names(options: Options) -> None:
+    """--profile_name (and the baseline's) is a file-name prefix, not a path; a relative --tb_dir stays inside
+    --output_path (an absolute one is taken as meant)."""
+    names = [("--profile_name", options.profile_name)]
+    if options.baseline is not None and options.baseline.profile_name is not None:
+        names.append(("--baseline_profile_name", options.baseline.profile_name))
+    for option, name in names:
+        _check_prefix(option, name)
+    tb_dir = options.tb_dir
+    if _control(tb_dir) or not tb_dir:
+        raise OptionsError(f"--tb_dir={tb_dir!r}: give a folder name without control characters (default event_files)")
+    if not os.path.isabs(tb_dir) and os.path.normpath(tb_dir).split(os.sep)[0] == os.pardir:
+        raise OptionsError(f"--tb_dir={tb_dir}: leaves --output_path; give a folder inside it (event_files, tb/run1), "
+                           "or an absolute path to put the event files elsewhere on purpose")
+
+
+def _control(text: str) -> bool:
+    return any(unicodedata.category(c) == "Cc" for c in text)
+
+
+def _check_prefix(option: str, name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or os.sep in name:
+        raise OptionsError(f"{option}={name!r}: a prefix of file names, not a path: not empty, not . or .., no / or "
+                           "\\ (the folder is --output_path)")
+    if _control(name):
+        raise OptionsError(f"{option}={name!r}: no control characters (newline, tab, ...) in a prefix of file names")
+    longest = max([len(".html"), *(len(f"_{s}.json") for s in _suffixes())])
+    if len(name.encode("utf-8", "surrogateescape")) + longest > NAME_MAX:
+        raise OptionsError(f"{option}: {len(name)} characters make file names longer than {NAME_MAX} bytes; "
+                           "choose a shorter prefix")
+
+
+def _suffixes() -> list[str]:
+    from ..reports import REPORTS
+
+    return [spec.file_suffix for spec in REPORTS.values()]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
+
+
+class Staging:
+    """One run's outputs, staged and moved into place together (see the module docstring).
+
+    `event_dir`: <output_path>/<tb_dir>; `events`: whether event files are written (not -b). `suffixes`: every
+    report file suffix (the set of the profile name); `force`: replace that set, else add beside it.
+    """
+
+    def __init__(self, output_path: Path, event_dir: Path, profile_name: str, *, force: bool, events: bool,
+                 suffixes: Sequence[str], log: Log) -> None:
+        self.roots = [output_path]
+        if events and not _inside(event_dir, output_path):
+            self.roots.append(event_dir)
+            log.info(f"event files go to {event_dir / profile_name} (an absolute --tb_dir, outside --output_path)")
+        self.event_dir = event_dir if events or _inside(event_dir, output_path) else None
+        self.profile_name = profile_name
+        self.force = force
+        self.suffixes = list(suffixes)
+        self.log = log
+        self.folders: list[Path] = []  # each root's staging folder, made at the first write
+        self.units: dict[Unit, None] = {}  # in the order written
+        self.journaled = False
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.journaled:  # the previous set stays as it was
+            for folder in self.folders:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def write(self, fmt: str, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+        """``WRITERS[fmt].write(reports, out_dir, info)`` into the staging folder; the paths the files will have."""
+        area, rel = self._locate(out_dir)
+        try:
+            staged = self._open()[area] / FILES / rel
+            staged.mkdir(parents=True, exist_ok=True)
+            paths = WRITERS[fmt].write(reports, staged, info)
+        except OSError as exc:
+            raise output_error(exc, out_dir, f"the {fmt} outputs") from None
+        finals = []
+        for path in paths:
+            inner = path.relative_to(staged)
+            self.units[(area, (rel / inner.parts[0]).as_posix())] = None
+            finals.append(out_dir / inner)
+        return finals
+
+    def commit(self) -> None:
+        """Move every unit written into place (and, with --force, remove the rest of the profile's old set).
+        Nothing written: nothing changes."""
+        if not self.units:
+            return
+        folders = self._open()
+        with _locked(self.roots):
+            for root in self.roots:
+                self._recover(root)
+            moves = list(self.units)
+            if not self.force:
+                taken = [self._final(u) for u in moves if os.path.lexists(self._final(u))]
+                if taken:
+                    raise OutputError(f"{taken[0]}: already exists; pass --force=true to overwrite it, "
+                                      "or choose another --output_path / --profile_name")
+            removes = [u for u in self.ours() if u not in self.units] if self.force else []
+            journal = {"roots": [None, *(os.path.abspath(r) for r in self.roots[1:])],
+                       "staging": [f.name for f in folders], "moves": moves, "removes": removes}
+            try:
+                _write_journal(folders[0], journal)
+            except OSError as exc:
+                raise output_error(exc, self.roots[0], "the list of outputs to move into place") from None
+            self.journaled = True
+            try:
+                finish(folders[0])
+            except OSError as exc:
+                raise OutputError(f"{self.roots[0]}: could not move every output into place ({exc.strerror}); "
+                                  "the next dlagg run in this folder finishes it") from None
+
+    def ours(self) -> list[Unit]:
+        """The profile name's outputs in place now (see `_possible`)."""
+        return [u for u in self._possible() if os.path.lexists(self._final(u))]
+
+    def _final(self, unit: Unit) -> Path:
+        area, rel = unit
+        return self.roots[area] / rel
+
+    def _locate(self, folder: Path) -> tuple[int, PurePosixPath]:
+        """The area of a final folder, and the folder's path under its root."""
+        full = Path(os.path.abspath(folder))
+        for area, root in enumerate(self.roots):
+            if full.is_relative_to(os.path.abspath(root)):
+                return area, PurePosixPath(full.relative_to(os.path.abspath(root)).as_posix())
+        raise ValueError(f"{folder} is outside the run's output folders {self.roots}")
+
+    def _open(self) -> list[Path]:
+        """Each root's staging folder, made (after the stale ones are dealt with) on the first call."""
+        with self._lock:
+            if self.folders:
+                return self.folders
+            for root in self.roots:
+                root.mkdir(parents=True, exist_ok=True)
+            with _locked(self.roots):
+                for root in self.roots:
+                    self._recover(root)
+                self._remove_legacy_temp()
+                for k, root in enumerate(self.roots):
+                    folder = Path(tempfile.mkdtemp(prefix=f"{STAGING}.{HOST}.{os.getpid()}.", dir=root))
+                    self.folders.append(folder)
+                    (folder / FILES).mkdir()
+                    if k:
+                        (folder / PRIMARY).write_text(os.path.abspath(self.folders[0]), encoding="utf-8")
+            return self.folders
+
+    def _recover(self, root: Path) -> None:
+        """Finish or remove the staging folders in `root` left by runs that are gone."""
+        try:
+            entries = sorted(p for p in root.iterdir() if p.name.startswith(STAGING + "."))
+        except OSError:
+            return
+        for folder in entries:
+            match = STAGING_NAME.fullmatch(folder.name)
+            if match is None or os.path.abspath(folder) in map(str, self.folders) or not folder.is_dir():
+                continue
+            pid = int(match["pid"])
+            if match["host"] != HOST:
+                if _age(folder) < OTHER_HOST_S:
+                    self.log.info(f"{root}: left {folder.name} alone: a run on host {match['host']} made it, and "
+                                  "whether that run still goes on cannot be checked from here")
+                    continue
+            elif _running(pid, folder):
+                continue
+            self._clean(folder, pid)
+
+    def _clean(self, folder: Path, pid: int) -> None:
+        """A dead run's staging folder: its commit finished (journal), or the folder removed (none)."""
+        try:
+            primary = Path((folder / PRIMARY).read_text(encoding="utf-8")) if (folder / PRIMARY).exists() else folder
+            if (primary / JOURNAL).exists():
+                finish(primary)
+                self.log.info(f"{primary.parent}: finished moving into place the outputs of a run killed while it "
+                              f"moved them (process {pid}; {folder.name})")
+                return
+            shutil.rmtree(folder)
+        except (OSError, ValueError) as exc:
+            self.log.warn(f"{folder}: a killed run's staging folder could not be cleaned up ({exc}); remove it by "
+                          "hand once no dlagg runs in this folder")
+            return
+        self.log.info(f"{folder.parent}: removed {folder.name}, the unfinished outputs of a run that was killed "
+                      f"(process {pid}); they never replaced any output")
+
+    def _remove_legacy_temp(self) -> None:
+        """Temporary files of killed runs of older dlagg versions, beside this profile name's outputs."""
+        patterns: dict[Path, list[str]] = {}
+        for area, rel in self._possible():
+            final = self.roots[area] / rel
+            patterns.setdefault(final.parent, []).append(LEGACY_TEMP.format(name=re.escape(final.name)))
+        removed = []
+        for folder, names in patterns.items():
+            pattern = re.compile("|".join(names))
+            try:
+                found = [p for p in folder.iterdir() if pattern.fullmatch(p.name)]
+            except OSError:
+                continue
+            for path in found:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
+        if removed:
+            self.log.info(f"removed {len(removed)} temporary file(s) left by killed dlagg runs: "
+                          + ", ".join(str(p) for p in removed))
+
+    def _possible(self) -> list[Unit]:
+        """Every output the profile name could have in the output folder, its rank folders and its event folder."""
+        out = self.roots[0]
+        try:
+            folders = [out, *sorted(p for p in out.iterdir() if RANK_FOLDER.fullmatch(p.name) and p.is_dir())]
+        except OSError:
+            folders = [out]
+        paths = []
+        for name, registered in WRITERS.items():
+            if name != TENSORBOARD:
+                paths += [p for f in folders for p in registered.targets(self.suffixes, f, self.profile_name)]
+            elif self.event_dir is not None:
+                paths += registered.targets(self.suffixes, self.event_dir, self.profile_name)
+        return [(area, (rel / p.name).as_posix()) for p in paths for area, rel in [self._locate(p.parent)]]
+
+
+def finish(primary: Path) -> None:
+    """Carry out the journal of the staging folder `primary`: move each unit into place, remove the old
+    ones, then remove the staging folders (the one with the journal last, its journal first). Each step can
+    be repeated, so a run killed in the middle is finished by the next."""
+    journal = json.loads((primary / JOURNAL).read_text(encoding="utf-8"))
+    roots = [primary.parent, *(Path(r) for r in journal["roots"][1:])]
+    stagings = [primary, *(root / name for root, name in zip(roots[1:], journal["staging"][1:], strict=True))]
+    for area, rel in journal["moves"]:
+        _move(stagings[area] / FILES / rel, roots[area] / rel, stagings[area] / TRASH)
+    emptied = set()
+    for area, rel in journal["removes"]:
+        _discard(roots[area] / rel, stagings[area] / TRASH)
+        emptied.update(p for p in (roots[area] / rel).parents if p != roots[area] and p.is_relative_to(roots[area]))
+    for folder in sorted(emptied, key=lambda p: -len(p.parts)):  # an event or rank folder the removals emptied
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+    for staging in stagings[1:]:
+        shutil.rmtree(staging, ignore_errors=True)
+    (primary / JOURNAL).unlink()  # first: a folder that could not be removed whole is then only stale
+    shutil.rmtree(primary, ignore_errors=True)
+
+
+def _move(staged: Path, final: Path, trash: Path) -> None:
+    if not os.path.lexists(staged):  # moved by an earlier attempt
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if staged.is_dir() or (final.is_dir() and not final.is_symlink()):  # a folder is replaced whole
+        _discard(final, trash)
+    os.replace(staged, final)
+
+
+def _discard(path: Path, trash: Path) -> None:
+    """Move `path` (a file or a folder) into `trash`, on the same filesystem: one rename."""
+    if not os.path.lexists(path):
+        return
+    trash.mkdir(exist_ok=True)
+    os.replace(path, Path(tempfile.mkdtemp(dir=trash)) / path.name)
+
+
+def _write_journal(folder: Path, journal: dict) -> None:
+    """journal.json, complete or absent: written beside, flushed to the disk, renamed."""
+    temporary = folder / (JOURNAL + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        json.dump(journal, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, folder / JOURNAL)
+
+
+@contextmanager
+def _locked(roots: Sequence[Path]) -> Iterator[None]:
+    """An exclusive flock on each root folder (in one order, so two runs cannot wait for each other); where a
+    filesystem has no flock (some NFS mounts), concurrent commits are not ordered."""
+    handles = []
+    try:
+        for root in sorted({os.path.abspath(r) for r in roots}):
+            try:
+                handle = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                continue
+            handles.append(handle)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX)
+                except OSError:
+                    pass
+        yield
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+def _age(folder: Path) -> float:
+    try:
+        return time.time() - folder.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _running(pid: int, folder: Path) -> bool:
+    """Whether the process that made `folder` may still run: pid `pid` exists and started before the folder
+    last changed (a pid reused by a later process does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # EPERM: another user's process
+    started = process_start(pid)
+    if started is None:
+        return True
+    try:
+        changed = folder.stat().st_mtime
+    except OSError:
+        return True  # gone meanwhile: nothing to clean
+    return started <= changed + START_SLACK_S
+
+
+def process_start(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (Linux /proc); None where that is unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None
