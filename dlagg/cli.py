@@ -349,6 +349,9 @@ def build_parser() -> Parser:
              "event files there")
     add("-b", "--suppress_tb_files", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="do not write TensorBoard event files (default false)")
+    add("--raw_csv", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help="CSV text cells exactly as the profile has them; by default a name that starts with =, +, -, @, tab or "
+             "carriage return gets a ' in front so that a spreadsheet does not run it as a formula (default false)")
     add("--per_rank", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="with several ranks, also write every report per rank under <output_path>/rank<N>/ (default false)")
     add("--workers", type=workers, default=None, metavar="N",
@@ -433,6 +436,7 @@ def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> 
         peaks=args.peaks,
         ncu_rank=args.ncu_rank,
         baseline=baseline,
+        raw_csv=args.raw_csv,
     )
 
 

@@ -38,6 +38,7 @@ class Options:
     peaks: Path | str | None = None
     ncu_rank: int | None = None
     baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
+    raw_csv: bool = False  # CSV text cells exactly as the profile has them (--raw_csv): formula-like ones not defused
 
     @property
     def level(self) -> int:

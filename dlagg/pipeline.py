@@ -329,7 +329,7 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
     info = RunInfo(source=Path(str(options.ncu_report)).name, nsys_version="", key_node="",
                    key_node_reason="no nsys export: the ncu report's kernels alone", iterations_total=0, iter_start=0,
                    iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
-                   dlagg_version=__version__, reports=tuple(names), ranks=())
+                   dlagg_version=__version__, reports=tuple(names), ranks=(), raw_csv=options.raw_csv)
     formats = _writers(options)
     writes = _Writes(log, staging := _staging(options, log))
     with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
@@ -366,6 +366,7 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
         tuple(f"rank {r.source.rank}: GPU {','.join(map(str, r.source.devices))}" for r in figures.ranks),
         reports=tuple(names),
         ranks=tuple(r.source.rank for r in figures.ranks),
+        raw_csv=options.raw_csv,
     )
 
 

@@ -368,7 +368,8 @@ def test_tb_dir_inside_and_absolute(tmp_path: Path, capsys) -> None:
 # ---- function length -------------------------------------------------------------------------------------
 
 # The modules this work wrote or changed (dlagg/pipeline.py's `run` is being split elsewhere).
-SHORT_MODULES = ["dlagg/writers", "dlagg/cli.py", "dlagg/options.py", "tests/outputs.py", "tests/test_outputs.py"]
+SHORT_MODULES = ["dlagg/writers", "dlagg/cli.py", "dlagg/options.py", "tests/outputs.py", "tests/test_outputs.py",
+                 "tests/test_csv_safety.py"]
 MAX_FUNCTION_LINES = 60
 
 

@@ -29,6 +29,7 @@ class RunInfo:
     gpu_names: tuple[str, ...] = ()
     reports: tuple[str, ...] = ()  # the reports the user asked for (a writer may be given more)
     ranks: tuple[int, ...] = (0,)  # the ranks the outputs describe
+    raw_csv: bool = False  # CSV text cells as the profile has them (--raw_csv), formula-like ones not defused
 
 
 class Writer(Protocol):

@@ -10,6 +10,9 @@ Everything is vectorised with Arrow compute; Python touches each *distinct* stri
 categorical columns (kernel and op names repeated over 100 k rows) have their categories
 formatted once per table and are taken by code for each chunk, and JSON strings are escaped
 once per distinct value. Writing a big table chunk by chunk keeps memory bounded.
+
+CSV text cells that a spreadsheet would run as a formula are defused here, and only here (`CSV`,
+`defuse`); `CSV_RAW` (--raw_csv=true) and JSON keep the text as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -141,9 +144,52 @@ def _exact(value: float, digits: int | None) -> str:
     return json.dumps(value)
 
 
-# DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no and strings quoted.
-CSV = Style(missing="", true='"yes"', false='"no"', integer=str, number=_fixed, text=_csv_text,
-            texts=_csv_texts, bare_text=_csv_bare, bare_texts=_csv_bare_texts)
+# Spreadsheets run a cell that starts with one of these as a formula (`=cmd|' /C calc'!A0`, `@SUM(1+1)`, `+`,
+# `-`; a leading tab or carriage return is dropped on import and can uncover one). Profile text (NVTX ranges,
+# kernel, op and layer names) is whatever the profiled program wrote, so as OWASP's CSV injection guidance
+# recommends such a text cell gets a single quote in front, which spreadsheets show and never evaluate.
+# Numbers are not text: -3 stays -3. --raw_csv=true writes the profile's exact text (CSV_RAW).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA = r"^[=+\-@\t\r]"
+
+
+def defuse(text: str) -> str:
+    """One text cell a spreadsheet will not run as a formula."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def defuse_texts(text: pa.Array) -> pa.Array:
+    """A column of text cells, vectorised (nulls stay null)."""
+    quoted = pc.binary_join_element_wise(_text("'"), text, _text(""))
+    return pc.if_else(pc.match_substring_regex(text, _FORMULA), quoted, text)
+
+
+def _safe_csv_text(text: str) -> str:
+    return _csv_text(defuse(text))
+
+
+def _safe_csv_texts(text: pa.Array) -> pa.Array:
+    return _csv_texts(defuse_texts(text))
+
+
+def _safe_csv_bare(text: str) -> str:
+    return _csv_bare(defuse(text))
+
+
+def _safe_csv_bare_texts(text: pa.Array) -> pa.Array:
+    return _csv_bare_texts(defuse_texts(text))
+
+
+# DLProf v1.8's cells: integers bare, floats with one decimal (Python's rounding), yes/no and strings quoted;
+# text cells that would start a formula defused (above).
+CSV = Style(missing="", true='"yes"', false='"no"', integer=str, number=_fixed, text=_safe_csv_text,
+            texts=_safe_csv_texts, bare_text=_safe_csv_bare, bare_texts=_safe_csv_bare_texts)
+# --raw_csv=true: DLProf's cells exactly, the profile's text as it is.
+CSV_RAW = replace(CSV, text=_csv_text, texts=_csv_texts, bare_text=_csv_bare, bare_texts=_csv_bare_texts)
+
+
+def csv_style(raw: bool) -> Style:
+    return CSV_RAW if raw else CSV
 # JSON carries the figures themselves: floats unrounded, booleans as booleans.
 JSON = Style(missing="null", true="true", false="false", integer=str, number=_exact, text=_json_text,
              texts=_json_texts, prefix="[", suffix="],")

@@ -4,6 +4,8 @@ Integers as integers (ns), floats with their field's decimals (one for averages 
 booleans as "yes"/"no", strings double-quoted (bare, as DLProf writes them, for fields that say so:
 the summary's row labels), missing values empty; a key/value table is one ``title,value`` line per
 figure, both written bare unless they must be quoted (a comma, quote or line break), as DLProf does.
+A text cell that a spreadsheet would run as a formula (it starts with =, +, -, @, tab or carriage
+return) gets a single quote in front (``cells.defuse``), unless ``info.raw_csv`` (--raw_csv=true).
 Tables marked ``csv=False`` (figures DLProf's files do not have) and fields marked ``csv=False`` are
 left out. Formatting is column-wise (``cells.py``), never per row.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 from ..reports.base import Report
 from ..reports.figures import Table
 from .base import RunInfo, atomic_write, report_path, writer
-from .cells import CSV, Cells
+from .cells import CSV, Cells, Style, csv_style
 
 # Rows formatted and written at a time: bounds the writer's memory (about 10 MB of text for the
 # iteration report's 21 columns, plus Arrow's intermediates) whatever the table size; larger
@@ -24,38 +26,38 @@ from .cells import CSV, Cells
 CHUNK_ROWS = 4096
 
 
-def _header_cell(text: str) -> str:
+def _header_cell(text: str, style: Style = CSV) -> str:
     """Titles and column names are bare unless they need quoting."""
-    return CSV.value(text, quote=False)
+    return style.value(text, quote=False)
 
 
-def table_chunks(table: Table) -> Iterator[str | memoryview]:
-    """The table's text in pieces of at most CHUNK_ROWS rows (title and header first)."""
+def table_chunks(table: Table, style: Style = CSV) -> Iterator[str | memoryview]:
+    """The table's text in pieces of at most CHUNK_ROWS rows (title and header first); `style` CSV or CSV_RAW."""
     fields = table.csv_fields()
     if table.key_value:
         values = table.values
-        yield "\n".join([_header_cell(table.title)]
-                        + [f"{_header_cell(f.title)},{CSV.value(values[f.key], f.digits, quote=False)}"
+        yield "\n".join([_header_cell(table.title, style)]
+                        + [f"{_header_cell(f.title, style)},{style.value(values[f.key], f.digits, quote=False)}"
                            for f in fields]) + "\n"
         return
-    yield _header_cell(table.title) + "\n" + ",".join(_header_cell(f.title) for f in fields) + "\n"
+    yield _header_cell(table.title, style) + "\n" + ",".join(_header_cell(f.title, style) for f in fields) + "\n"
     if not fields:
         return
-    cells = Cells(table.frame, fields, CSV)
+    cells = Cells(table.frame, fields, style)
     for first in range(0, len(table), CHUNK_ROWS):
         yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))
 
 
-def format_table(table: Table) -> str:
-    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in table_chunks(table))
+def format_table(table: Table, style: Style = CSV) -> str:
+    return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in table_chunks(table, style))
 
 
-def report_chunks(report: Report) -> Iterator[str | memoryview]:
+def report_chunks(report: Report, style: Style = CSV) -> Iterator[str | memoryview]:
     """A report's CSV: its CSV tables separated by blank lines."""
     for k, table in enumerate(t for t in report.tables if t.csv):
         if k:
             yield "\n"
-        yield from table_chunks(table)
+        yield from table_chunks(table, style)
 
 
 @writer("csv")
@@ -73,6 +75,6 @@ class CsvWriter:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "csv")
-            atomic_write(path, report_chunks(report))
+            atomic_write(path, report_chunks(report, csv_style(info.raw_csv)))
             written.append(path)
         return written

@@ -19,9 +19,10 @@ section function may read the run's other reports (``page.reports``) and may add
 Tables are embedded as the CSV writer's text of their rows (``csv_writer.format_table``, the title
 line left out), so a table's download is exactly the rows of the report file (or, for a table
 that is not in the CSV, its rows formatted as the CSV would); the page's script parses that text
-to show, sort and filter it. A table of more than MAX_TABLE_ROWS rows is embedded in part and
-says so, naming its report file. Everything the page needs is inside it: the page never fetches
-anything (docs/html.md).
+to show, sort and filter it. Cells are shown as the profile has them: where the CSV file defuses
+formula-like text (``cells.defuse``), the table also carries the file's text for its download. A
+table of more than MAX_TABLE_ROWS rows is embedded in part and says so, naming its report file.
+Everything the page needs is inside it: the page never fetches anything (docs/html.md).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import pandas as pd
 from ..reports.base import Report
 from ..reports.figures import Table
 from .base import RunInfo
+from .cells import CSV_RAW, csv_style
 from .csv_writer import format_table
 
 # Rows of one table embedded in the page: enough for every report but the iteration report (one
@@ -122,6 +124,15 @@ class Section:
         return self.page.add_table(self, table, report, rows=rows, caption=caption, subset=subset)
 
 
+# A cell that starts with a character cells.defuse looks at (negative numbers too: a cheap first look).
+_MAY_DEFUSE = re.compile(r'(?:^|,)"?[=+\-@\t\r]', re.MULTILINE)
+
+
+def _rows_text(text: str) -> str:
+    """A table's CSV text without its title line (the page shows the title as the table's caption)."""
+    return text.split("\n", 1)[1] if "\n" in text else ""
+
+
 class Page:
     """The page being built: its sections, charts and tables, and the run's reports."""
 
@@ -169,8 +180,10 @@ class Page:
             notes.append(f"the first {MAX_TABLE_ROWS:,} of these {len(shown):,} rows are in this page; "
                          f"all of them are in {file_name} (--formats={extension})")
             shown = shown.with_frame(shown.frame.head(MAX_TABLE_ROWS))
-        text = format_table(shown)
-        text = text.split("\n", 1)[1] if "\n" in text else ""  # the title line: shown as the table's caption
+        text = _rows_text(format_table(shown, CSV_RAW))  # shown as the profile has it
+        download = text  # as in the report's file: formatted again only when some cell may be defused
+        if _MAY_DEFUSE.search(text) and not self.info.raw_csv:
+            download = _rows_text(format_table(shown, csv_style(self.info.raw_csv)))
         fields = shown.csv_fields()
         numeric = [pd.api.types.is_numeric_dtype(shown.frame[f.key].dtype)
                    and not pd.api.types.is_bool_dtype(shown.frame[f.key].dtype) for f in fields]
@@ -182,6 +195,8 @@ class Page:
             "total": total,
             "download": f"{self.info.profile_name}_{report.file_suffix}_{table.key}.csv",
         }
+        if download != text:  # formula-like text defused (cells.defuse): the page shows the text, downloads this
+            self.tables[table_id]["downloadCsv"] = download
         where = "in the CSV file" if table.csv else "not in the CSV file: figures for this page and the JSON"
         head = (f'<div class="table-head"><span class="table-title">{escape(caption or table.title)}</span>'
                 f'<span class="table-source">{escape(report.name)} report, table {escape(table.key)} ({where})</span>'

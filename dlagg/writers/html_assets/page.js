@@ -65,7 +65,7 @@
     button.type = "button";
     button.textContent = "Download CSV";
     button.title = spec.download + ": exactly these rows as in the report's CSV file";
-    button.addEventListener("click", function () { download(spec.download, spec.csv); });
+    button.addEventListener("click", function () { download(spec.download, spec.downloadCsv || spec.csv); });
     if (!spec.keyValue) tools.append(filter);
     tools.append(button, count);
 
