@@ -67,10 +67,11 @@ def dlagg_command(args: list[str]) -> list[str]:
 
 
 # What a trial's kill waits for before its delay: the start of the run, the staging folder's appearance
-# (the first report written), or the staged event folder's (the last writer: the commit follows within a few
-# ms, too few to wait for the journal itself by polling).
-TRIGGERS = ("start", "staging", "events")
+# (the first report written), the staged event folder's (the last writer: the commit follows within a few ms)
+# or the journal's (the commit's renames, polled every 0.1 ms: they take a few ms).
+TRIGGERS = ("start", "staging", "events", "journal")
 POLL_S = 0.001
+JOURNAL_POLL_S = 0.0001  # the journal lives a few ms
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ def _triggered(folder: Path, trigger: str) -> bool:
     if trigger == "start":
         return True
     staging = [p for p in folder.iterdir() if p.name.startswith(STAGING)]
+    if trigger == "journal":
+        return any((p / JOURNAL).exists() for p in staging)
     return bool(staging) if trigger == "staging" else any((p / "files" / "event_files").exists() for p in staging)
 
 
@@ -103,7 +106,7 @@ def kill_run(plan: Plan) -> bool:
     """Run dlagg with `plan.args`, kill -9 it `plan.delay` seconds after its trigger; whether it had ended."""
     process = subprocess.Popen(dlagg_command(plan.args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while process.poll() is None and not _triggered(plan.folder, plan.trigger):
-        time.sleep(POLL_S)
+        time.sleep(JOURNAL_POLL_S if plan.trigger == "journal" else POLL_S)
     killed_at = time.perf_counter() + plan.delay
     while process.poll() is None and time.perf_counter() < killed_at:
         time.sleep(POLL_S)
@@ -137,9 +140,10 @@ def kill_trials(plans: list[Plan], new: dict[str, str], db: Path, parallel: int)
 
 # Seconds after each trigger within which the kill falls, drawn at random (uniform): after the start, anywhere
 # in the run and a little after (1.1 x its length, measured); after the staging folder appears, within the
-# writing (about a second here); after the staged event folder appears, within the event files' last writes,
-# the journal and the renames (measured: the journal appears 4-8 ms after the event folder, and lives ~5 ms).
-SPANS = {"staging": 1.0, "events": 0.015}
+# writing (about a second here); after the staged event folder appears, within the event files' last writes
+# (the journal appears 4-8 ms after the event folder, more under load); after the journal appears, within its
+# renames and the staging folder's removal.
+SPANS = {"staging": 1.0, "events": 0.015, "journal": 0.002}
 
 
 def draw(trigger: str, chance: random.Random, seconds: float) -> float:

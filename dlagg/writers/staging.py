@@ -116,7 +116,7 @@ def check_output_names(options: Options) -> None:
         names.append(("--baseline_profile_name", options.baseline.profile_name))
     for option, name in names:
         _check_prefix(option, name)
-    tb_dir = options.tb_dir
+    tb_dir = str(options.tb_dir)
     if _control(tb_dir) or not tb_dir:
         raise OptionsError(f"--tb_dir={tb_dir!r}: give a folder name without control characters (default event_files)")
     if not os.path.isabs(tb_dir) and os.path.normpath(tb_dir).split(os.sep)[0] == os.pardir:
@@ -221,7 +221,11 @@ class Staging:
                 raise output_error(exc, self.roots[0], "the list of outputs to move into place") from None
             self.journaled = True
             try:
-                finish(folders[0])
+                try:
+                    finish(folders[0])
+                except KeyboardInterrupt:  # the commit is decided: a Ctrl-C among its renames does not halve it
+                    finish(folders[0])
+                    raise
             except OSError as exc:
                 raise OutputError(f"{self.roots[0]}: could not move every output into place ({exc.strerror}); "
                                   "the next dlagg run in this folder finishes it") from None
