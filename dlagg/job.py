@@ -21,7 +21,6 @@ reports carry its figures; combined reports take that rank's.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +38,7 @@ from .errors import DlaggError, OptionsError
 from .log import Log, peak_mb
 from .model import Iterations
 from .options import Options
+from .pool import pool_context
 from .reader import load_profile
 from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
@@ -196,12 +196,8 @@ def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
 
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], count: int,
              initializer: Callable[[], None] | None, log: Log) -> list[RankFigures]:
-    """A local process pool. The fork server starts with dlagg imported, so each worker starts in
-    milliseconds and without the parent's threads and memory."""
-    context: Any = multiprocessing.get_context("forkserver" if "forkserver" in
-                                               multiprocessing.get_all_start_methods() else "spawn")
-    if context.get_start_method() == "forkserver":
-        context.set_forkserver_preload(["dlagg.job"])
+    """A local process pool whose workers fork from a fork server with dlagg imported (dlagg/pool.py)."""
+    context = pool_context()
     results: list[RankFigures] = []
     with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=initializer) as pool:
         jobs = [pool.submit(task, source) for source in sources]
