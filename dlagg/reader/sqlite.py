@@ -639,7 +639,8 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             meta_values = _key_values(db, schema.META_TABLES)
             env = {**_key_values(db, schema.SYSTEM_ENV_TABLES), **_system_info(db)}
             gpus = _gpus(db, flaws)
-            stated = _stated_session(db)
+            stated = stated_session(db)
+            whole_file = file_late_events(db, stated) if process is not None and stated is not None else None
             session_start = _session_start(db)
             results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
@@ -657,7 +658,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
     finally:
         db.close()
 
-    session_end = _session_bound(frames, stated, flaws)
+    session_end = _session_bound(frames, stated, flaws, whole_file)
     frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
     start, end = _time_range(frames)
     frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
@@ -690,7 +691,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
 SESSION_TABLE = "ANALYSIS_DETAILS"
 
 
-def _stated_session(db: Database) -> int | None:
+def stated_session(db: Database) -> int | None:
     """The session's length the export states (events are timed from the session start), if sane."""
     if SESSION_TABLE not in db.tables or "duration" not in db.columns(SESSION_TABLE):
         return None
@@ -698,15 +699,43 @@ def _stated_session(db: Database) -> int | None:
     return int(value) if isinstance(value, int) and 0 < value <= va.MAX_TIME else None  # type: ignore[arg-type]
 
 
-def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: va.Flaws) -> int:
+def file_late_events(db: Database, stated: int) -> tuple[int, int]:
+    """(events, events ending after `stated`) over every event table of the whole file, by SQL: what
+    `_session_bound` decides on when one process of several is read, so that every rank of a file,
+    and the discovery of its ranks, trust the stated session length or not alike."""
+    rows = late = 0
+    for table in schema.EVENT_TABLES:
+        physical = db.find(table.sources)
+        if physical is None or not {"start", "end"} <= set(db.columns(physical)):
+            continue
+        ok = """typeof("start") = 'integer' AND (typeof("end") = 'integer' OR "end" IS NULL)"""
+        n, m = db.query(f'SELECT count(*), total("start" > {stated} OR coalesce("end" > {stated}, 0)) '
+                        f'FROM "{physical}" WHERE {ok}')[0]
+        rows, late = rows + int(n or 0), late + int(m or 0)  # type: ignore[arg-type]
+    return rows, late
+
+
+def trusted_session(stated: int | None, rows: int, late: int) -> int | None:
+    """The stated session length, unless over UNTRUSTED_DURATION_SHARE of the events end after it."""
+    if stated is None or (rows and late > va.UNTRUSTED_DURATION_SHARE * rows):
+        return None
+    return stated
+
+
+def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: va.Flaws,
+                   whole_file: tuple[int, int] | None = None) -> int:
     """The latest time an event may have: the stated session length, unless many events end after it
-    (then the statement is what is damaged), else `validate.MAX_TIME`."""
+    (then the statement is what is damaged), else `validate.MAX_TIME`. The events counted are those
+    read, or `whole_file`'s (events, late events) when only one process was read."""
     if stated is None:
         flaws.session_note = f"the export states no session length; times beyond {va.MAX_TIME:,} ns are taken as damage"
         return va.MAX_TIME
-    rows = sum(len(f) for f in frames.values())
-    late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
-               for f in frames.values())
+    if whole_file is not None:
+        rows, late = whole_file
+    else:
+        rows = sum(len(f) for f in frames.values())
+        late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
+                   for f in frames.values())
     if rows and late > va.UNTRUSTED_DURATION_SHARE * rows:
         flaws.session_note = (f"{SESSION_TABLE} states a session of {stated:,} ns but {late:,} of {rows:,} events "
                               f"end after it; the statement is ignored and times beyond {va.MAX_TIME:,} ns are damage")
