@@ -617,18 +617,24 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
     return ids, values
 
 
+def _strings_table(db: Database) -> str:
+    """The export's string table; an `InputError` when `db` has none, or no event table: not an nsys export."""
+    known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
+    strings_table = db.find(schema.STRING_TABLES)
+    if strings_table is None or not known:
+        raise InputError(f"{db.path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+                         "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
+                         "'nsys export --type sqlite' or 'nvprof -o'")
+    return strings_table
+
+
 def read_nsys(db: Database, process: int | None = None) -> Profile:
     """Read every table dlagg uses from the nsys export `db`, checked (validate.py): all of it, or one
     process's rows (`process`: its ``globalPid``, for files that hold several ranks). Closes `db`."""
     path = db.path
     flaws = va.Flaws(path.name)
     try:
-        known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
-        strings_table = db.find(schema.STRING_TABLES)
-        if strings_table is None or not known:
-            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
-                             "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
-                             "'nsys export --type sqlite' or 'nvprof -o'")
+        strings_table = _strings_table(db)
         nvtx = _NvtxRead(db, strings_table, flaws, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
@@ -648,25 +654,17 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         base = int(ids[-1]) + 1 if len(ids) else 0
         frames["nvtx"], names, emit, domains = nvtx.finish(results, base)
         physical["nvtx"] = nvtx.physical
-        strings = StringTable(pd.Series(
-            pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
-            index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+        strings = _strings(ids, values, names, base)
         found = {t.name: db.find(t.sources) for t in schema.EVENT_TABLES}
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
         db.close()
 
-    session_end = _session_bound(frames, stated, flaws)
-    frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
-    start, end = _time_range(frames)
-    frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    frames, start, end = _checked_frames(frames, physical, stated, flaws)
     has_gpu_work = any(len(frames[name]) for name in ("kernels", "memcpy", "memset"))
     if gpus.empty and len(frames["kernels"]):  # no GPU table (some exports): the devices kernels ran on
-        devices = np.unique(frames["kernels"]["device_id"].to_numpy())
-        unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
-        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
-                             "total_memory": unknown, "sm_count": unknown})
+        gpus = _unknown_gpus(np.unique(frames["kernels"]["device_id"].to_numpy()))
     warnings = flaws.warnings() + va.missing_table_warnings(
         path.name, {name: table for name, table in found.items() if table is not None}, has_gpu_work)
     meta = ProfileMeta(
@@ -685,6 +683,31 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
     details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, READ_THREADS)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
+
+
+def _strings(ids: np.ndarray, values: pa.Array, names: pa.Array, base: int) -> StringTable:
+    """The export's strings (`ids`, `values`) and the distinct NVTX names after them (ids from `base` on)."""
+    return StringTable(pd.Series(
+        pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
+        index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+
+
+def _checked_frames(frames: dict[str, pd.DataFrame], physical: dict[str, str], stated: int | None,
+                    flaws: va.Flaws) -> tuple[dict[str, pd.DataFrame], int, int]:
+    """The frames without rows whose times cannot be (`_checked`), NVTX ranges left open closed at the
+    profile's end; and the profile's (start, end)."""
+    session_end = _session_bound(frames, stated, flaws)
+    frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
+    start, end = _time_range(frames)
+    frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    return frames, start, end
+
+
+def _unknown_gpus(devices: np.ndarray) -> pd.DataFrame:
+    """The GPU table of an export without one: the devices, nothing known about them."""
+    unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
+    return pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
+                         "total_memory": unknown, "sm_count": unknown})
 
 
 SESSION_TABLE = "ANALYSIS_DETAILS"
