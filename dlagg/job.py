@@ -36,7 +36,7 @@ from .comm import RankInput, match_collectives, rank_comm
 from .context import RankContext
 from .errors import DlaggError, OptionsError
 from .log import Log, peak_mb
-from .model import Iterations, Profile
+from .model import Iterations, Profile, share
 from .options import Options
 from .pool import pool_context
 from .reader import load_profile
@@ -83,17 +83,13 @@ def outside_warning(ctx: RankContext) -> str | None:
         if count:
             time = float(duration[outside & mask].sum())
             parts.append(f"{count:,} {what}{'s' if count != 1 else ''} ({time / 1e6:,.3f} ms of GPU time, "
-                         f"{_share(time, float(duration[mask].sum()))} of all {what}s' GPU time)")
+                         f"{share(time, float(duration[mask].sum())):.1f} % of all {what}s' GPU time)")
     before = outside & (work["t_attr"].to_numpy() < its.starts[0])
     where = ("after the last" if not before.any() else
              "before the first" if before.all() else "before the first or after the last")
     return (f"{' and '.join(parts)} launched {where} '{its.key_node}' range fall{'s' if outside.sum() == 1 else ''} "
             "outside every iteration: no iteration figure counts them (if that is training work, end the key node's "
             "range after it; evaluation or shutdown work may be left out)")
-
-
-def _share(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f} %" if whole > 0 else "0.0 %"
 
 
 def _rank_iterations(profile: Profile, options: Options, source: RankSource, several: bool,

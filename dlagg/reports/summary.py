@@ -38,6 +38,7 @@ import pandas as pd
 
 from .. import __version__
 from ..context import RankContext
+from ..model import share
 from ..timeline.breakdown import CLASS_LABELS, CLASSES
 from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
@@ -154,11 +155,6 @@ def system_config(ctx: RankContext) -> list[tuple[Field, object]]:
         rows.append((Field("nsys_version", "NSys Version"), profile.meta.nsys_version))
     rows.append((Field("dlagg_version", "dlagg Version"), __version__))
     return rows
-
-
-def share(part: float, whole: float) -> float:
-    """`part` as a percentage of `whole` (0 when `whole` is 0)."""
-    return 100.0 * part / whole if whole else 0.0
 
 
 KERNEL_ROWS = ("All kernels", "Kernels using TC", "Memory", "All other kernels")
