@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from dlagg.reader import load_profile
@@ -134,6 +135,41 @@ def test_the_sqlite3_fallback_reads_a_column_that_changes_type_after_the_first_b
     expected = sqlite_grid_x(path)
     assert expected[1499] == 4 and profile.kernels["grid_x"].tolist() == expected
     assert profile.kernels["grid_x"].dtype == np.int64
+
+
+def driver_refusal(kind: str) -> Exception:
+    from adbc_driver_manager import AdbcStatusCode, OperationalError
+
+    return {"driver": OperationalError("refused", status_code=AdbcStatusCode.IO),
+            "arrow": pa.ArrowInvalid("refused"),  # (ArrowInvalid is also a ValueError)
+            "stream": OSError("[SQLite] Type mismatch in column 9: expected INT64 but got DOUBLE")}[kind]
+
+
+@pytest.mark.parametrize("kind", ["driver", "arrow", "stream"])
+def test_only_the_drivers_refusals_take_the_slower_paths(tmp_path: Path, monkeypatch, kind: str) -> None:
+    """A refusal by the driver (its own error, Arrow's, or the OSError Arrow raises for a stream the driver broke
+    off, as a type change mid-table does) sends the read down the next path, and the sqlite3 fallback then reads
+    the table; anything else is a bug in dlagg and is raised as it is, never reported as a damaged file."""
+    import dlagg.reader.sqlite as reader
+
+    path = kernels_with(tmp_path, 20, "4.5", row=7)
+    refusals: list[int | None] = []
+
+    def refuse(self: object, sql: str, batch_rows: int | None) -> object:
+        refusals.append(batch_rows)
+        raise driver_refusal(kind)
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", refuse)
+    profile = load_profile(path)  # every table through the sqlite3 fallback
+    assert profile.kernels["grid_x"].tolist() == sqlite_grid_x(path)
+    assert None in refusals and any(b is not None for b in refusals)  # both Arrow paths were tried first
+
+    def bug(self: object, sql: str, batch_rows: int | None) -> object:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", bug)
+    with pytest.raises(KeyError, match="a bug"):
+        load_profile(path)
 
 
 @pytest.mark.parametrize("fallback", [False, True], ids=["one-batch", "fallback"])
