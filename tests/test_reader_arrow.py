@@ -172,6 +172,46 @@ def test_only_the_drivers_refusals_take_the_slower_paths(tmp_path: Path, monkeyp
         load_profile(path)
 
 
+def test_running_out_of_memory_in_the_driver_is_not_retried(tmp_path: Path, monkeypatch) -> None:
+    """MemoryError (Arrow's ArrowMemoryError is one) reaches the caller, which says how much memory the run
+    needs; a slower path would only need more."""
+    import dlagg.reader.sqlite as reader
+
+    path = kernels_with(tmp_path, 20, "4.5", row=7)
+    tried: list[int | None] = []
+
+    def out_of_memory(self: object, sql: str, batch_rows: int | None) -> object:
+        tried.append(batch_rows)
+        raise pa.ArrowMemoryError("malloc of size 8589934592 failed")
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", out_of_memory)
+    monkeypatch.setattr(reader.Database, "_sqlite3_table", lambda *a: pytest.fail("the fallback was tried"))
+    with pytest.raises(MemoryError):
+        load_profile(path)
+    assert tried and all(b is not None for b in tried)  # each read stopped at its first, one-batch attempt
+
+
+@pytest.mark.parametrize("few_gaps", [0, 5, 1_000_000], ids=["selection", "boundary", "block-moves"])
+@pytest.mark.parametrize("seed", range(4))
+def test_compacting_the_nvtx_columns_is_a_boolean_selection(monkeypatch, few_gaps: int, seed: int) -> None:
+    """Both ways of dropping rows (block moves up to FEW_GAPS dropped rows, else a selection) give each column
+    what numpy's boolean selection gives, whatever the runs: dropped rows first, last, in runs or alone."""
+    import dlagg.reader.sqlite as reader
+
+    monkeypatch.setattr(reader, "FEW_GAPS", few_gaps)
+    rng = np.random.default_rng(seed)
+    rows = 200
+    keep = rng.random(rows) < [0.2, 0.6, 0.95, 1.0][seed]
+    keep[[0, -1]] = seed % 2 == 0  # the first and last rows dropped in half the cases
+    columns = {"a": np.arange(rows, dtype=np.int64), "b": rng.integers(-5, 5, rows).astype(np.int32),
+               "c": rng.random(rows) < 0.5}
+    expected = {name: values[keep].copy() for name, values in columns.items()}
+    got = reader._compact({name: values.copy() for name, values in columns.items()}, keep)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name].dtype == expected[name].dtype and got[name].tolist() == expected[name].tolist(), name
+
+
 @pytest.mark.parametrize("fallback", [False, True], ids=["one-batch", "fallback"])
 def test_text_in_a_numeric_column_drops_the_row_with_one_warning(tmp_path: Path, monkeypatch, capsys,
                                                                  fallback: bool) -> None:
