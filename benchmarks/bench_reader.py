@@ -7,7 +7,9 @@ subprocess (so peak RSS is that method's alone), page cache warm:
 - ``read_sql``: ``pandas.read_sql(sql, sqlite3_connection)`` (rows become Python objects, then columns);
 - ``sqlite3``: ``cursor.fetchall()`` only, no DataFrame: the floor of any row-by-row Python reader;
 - ``adbc``: ``adbc_driver_sqlite`` ``fetch_arrow_table()`` in one batch, numeric columns as numpy
-  views and the text as an Arrow-backed ``str`` column (what dlagg's reader does).
+  views and the text as an Arrow-backed ``str`` column (what dlagg's reader does);
+- ``fallback``: dlagg's own ``sqlite3`` fallback (``Database._sqlite3_table``, for a column whose values
+  change type mid-table) into an Arrow table, then the same DataFrame as ``adbc``.
 
     python benchmarks/bench_reader.py DB.sqlite [DB2.sqlite ...]
 """
@@ -20,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("read_sql", "sqlite3", "adbc")
+METHODS = ("read_sql", "sqlite3", "adbc", "fallback")
 COLUMNS = ('start, COALESCE("end", -1) AS "end", eventType, COALESCE(globalTid, 0) AS globalTid, '
            'COALESCE(endGlobalTid, 0) AS endGlobalTid, COALESCE(domainId, 0) AS domainId, '
            'COALESCE(textId, -1) AS textId, text')
@@ -33,18 +35,28 @@ def _uri(path: Path) -> str:
 
 def read(method: str, path: Path) -> int:
     """Read with `method`; returns the row count."""
-    if method == "adbc":
+    if method in ("adbc", "fallback"):
         import adbc_driver_sqlite.dbapi as adbc
         import pandas as pd
         from adbc_driver_sqlite import StatementOptions
 
-        with adbc.connect(_uri(path)) as conn, conn.cursor() as cursor:
-            # one batch sized to the table (its row-id span), as dlagg/reader/sqlite.py asks
-            cursor.execute("SELECT max(rowid) - min(rowid) + 1 FROM NVTX_EVENTS")
-            rows = max(1, int(cursor.fetchone()[0] or 1))
-            cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
-            cursor.execute(SQL)
-            table = cursor.fetch_arrow_table()
+        if method == "fallback":
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from dlagg.reader.sqlite import Database
+
+            db = Database(path)
+            try:
+                table = db._sqlite3_table(SQL, "")
+            finally:
+                db.close()
+        else:
+            with adbc.connect(_uri(path)) as conn, conn.cursor() as cursor:
+                # one batch sized to the table (its row-id span), as dlagg/reader/sqlite.py asks
+                cursor.execute("SELECT max(rowid) - min(rowid) + 1 FROM NVTX_EVENTS")
+                rows = max(1, int(cursor.fetchone()[0] or 1))
+                cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})
+                cursor.execute(SQL)
+                table = cursor.fetch_arrow_table()
         frame = pd.DataFrame({name: (pd.array(table.column(name), dtype="str") if name == "text"
                                      else table.column(name).to_numpy()) for name in table.column_names}, copy=False)
         return len(frame)

@@ -27,11 +27,14 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .log import one_malloc_arena  # noqa: E402 - after the variables: it imports nothing of numpy or pyarrow
+from .pool import several_files, start_early  # noqa: E402 - standard library only
 
 one_malloc_arena()
 
 
 def main() -> NoReturn:
+    if several_files(sys.argv[1:]):
+        start_early()  # the pool's fork server imports dlagg on another core while this process does
     try:
         from .cli import entry
     except (MemoryError, ImportError) as exc:

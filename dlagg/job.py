@@ -21,7 +21,6 @@ reports carry its figures; combined reports take that rank's.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,8 +36,9 @@ from .comm import RankInput, match_collectives, rank_comm
 from .context import RankContext
 from .errors import DlaggError, OptionsError
 from .log import Log, peak_mb
-from .model import Iterations
+from .model import Iterations, Profile, share
 from .options import Options
+from .pool import pool_context
 from .reader import load_profile
 from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
@@ -83,7 +83,7 @@ def outside_warning(ctx: RankContext) -> str | None:
         if count:
             time = float(duration[outside & mask].sum())
             parts.append(f"{count:,} {what}{'s' if count != 1 else ''} ({time / 1e6:,.3f} ms of GPU time, "
-                         f"{_share(time, float(duration[mask].sum()))} of all {what}s' GPU time)")
+                         f"{share(time, float(duration[mask].sum())):.1f} % of all {what}s' GPU time)")
     before = outside & (work["t_attr"].to_numpy() < its.starts[0])
     where = ("after the last" if not before.any() else
              "before the first" if before.all() else "before the first or after the last")
@@ -92,24 +92,10 @@ def outside_warning(ctx: RankContext) -> str | None:
             "range after it; evaluation or shutdown work may be left out)")
 
 
-def _share(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f} %" if whole > 0 else "0.0 %"
-
-
-def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
-                several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
-                log: Log | None = None) -> RankFigures:
-    """One rank's figures (see the module docstring). `several`: one rank of several, which may have
-    fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
-    report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
-    iterations): an in-process run writes the report while the next is built."""
-    began = time.perf_counter()
-    log = log or Log(0)
-    with log.stage(f"read {source.path.name}"):
-        profile = load_profile(source.path, source.process)
-    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
-               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
-               f"nsys {profile.meta.nsys_version or 'version unknown'}")
+def _rank_iterations(profile: Profile, options: Options, source: RankSource, several: bool,
+                     log: Log) -> tuple[Iterations, list[str]]:
+    """The rank's iterations (key-node ranges), and its warnings so far: the export's own, a key node not
+    found, fewer iterations than --iter_stop asks for (one rank of several)."""
     where = f" ({source.path.name}, rank {source.rank})" if several else ""
     try:
         iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop,
@@ -127,6 +113,25 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     if iterations.found:
         log.info(f"key node '{iterations.key_node}' ({iterations.reason}): {iterations.count} iterations, "
                  f"aggregating {iterations.start} to {iterations.stop}{where}")
+    return iterations, warnings
+
+
+def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
+                several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
+                log: Log | None = None) -> RankFigures:
+    """One rank's figures (see the module docstring). `several`: one rank of several, which may have
+    fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
+    report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
+    iterations): an in-process run writes the report while the next is built."""
+    began = time.perf_counter()
+    log = log or Log(0)
+    with log.stage(f"read {source.path.name}"):
+        profile = load_profile(source.path, source.process)
+    log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
+               f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
+               f"nsys {profile.meta.nsys_version or 'version unknown'}")
+    where = f" ({source.path.name}, rank {source.rank})" if several else ""
+    iterations, warnings = _rank_iterations(profile, options, source, several, log)
     ctx = RankContext(profile, iterations, options, rank=source.rank)
     iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
     if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
@@ -196,12 +201,8 @@ def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
 
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], count: int,
              initializer: Callable[[], None] | None, log: Log) -> list[RankFigures]:
-    """A local process pool. The fork server starts with dlagg imported, so each worker starts in
-    milliseconds and without the parent's threads and memory."""
-    context: Any = multiprocessing.get_context("forkserver" if "forkserver" in
-                                               multiprocessing.get_all_start_methods() else "spawn")
-    if context.get_start_method() == "forkserver":
-        context.set_forkserver_preload(["dlagg.job"])
+    """A local process pool whose workers fork from a fork server with dlagg imported (dlagg/pool.py)."""
+    context = pool_context()
     results: list[RankFigures] = []
     with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=initializer) as pool:
         jobs = [pool.submit(task, source) for source in sources]

@@ -44,6 +44,11 @@ def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categori
     return pd.Categorical.from_codes(np.ravel(remap)[np.asarray(codes)], categories=pd.Index(distinct, dtype=object))
 
 
+def share(part: float, whole: float) -> float:
+    """`part` as a percentage of `whole` (0 when `whole` is 0): the one definition; texts format it."""
+    return 100.0 * part / whole if whole else 0.0
+
+
 def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
     """``frame[mask]``, but `frame` itself when every row is kept (the default iteration range):
     a boolean selection copies every column."""

@@ -191,6 +191,14 @@ def _staging(options: Options, log: Log) -> Staging:
                    suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
 
 
+def _discover(given: Path | str) -> Job:
+    """The ranks of the exports given (--nsys_database), each file checked first."""
+    paths = input_paths(given)
+    for path in paths:
+        check_input(path)
+    return discover(paths)
+
+
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
     """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
     log = log or Log(options.level)
@@ -201,10 +209,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
-    paths = input_paths(options.nsys_database)
-    for path in paths:
-        check_input(path)
-    job = discover(paths)
+    job = _discover(options.nsys_database)
     options = with_ncu_rank(options, job)
     several = len(job.sources) > 1
     if several or job.files > 1:
@@ -218,19 +223,14 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     comm = communication_needed(job, build)
     writes = _Writes(log, staging := _staging(options, log))
     with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:  # the pool's writes end first
+        early: dict[str, RunInfo] = {}  # one rank: the reports written as soon as built
         if several:
             task = rank_task(options, build, comm, several=True)
             ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler,
                               initializer=worker_init, log=log)
             with log.stage(f"combined {len(ranks)} ranks"):
                 figures, built = combine(ranks, job, build)
-            info = _run_info(options, figures, names)
-            for name in names:
-                if name in built:
-                    _submit_per_report(writes, pool, formats, built[name], options, info)
         else:
-            early: dict[str, RunInfo] = {}
-
             def write_now(report: Report, rank: RankFigures) -> None:  # one rank: written as soon as built
                 early.setdefault("info", _run_info(options, JobFigures(job, (rank,), None), names))
                 if report.name in names:
@@ -239,43 +239,61 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
 
             ranks = [reduce_rank(job.sources[0], options, build, comm=comm, on_report=write_now, log=log)]
             figures, built = combine(ranks, job, build)
-            info = _run_info(options, figures, names)
-            for name in names:
-                if name in built and name not in early:
-                    _submit_per_report(writes, pool, formats, built[name], options, info)
+        info = _run_info(options, figures, names)
+        for name in names:
+            if name in built and name not in early:
+                _submit_per_report(writes, pool, formats, built[name], options, info)
         comparison = None
         if baseline is not None:  # the baseline reduced and compared; its event files written
             comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
             info = replace(info, reports=(*info.reports, COMPARE))
             _submit_per_report(writes, pool, formats, comparison.report, options, info)
-        warnings = one_per_cause([*(w for r in ranks for w in r.warnings),
-                                  *(w for n in names if n in built for w in built[n].warnings),
-                                  *(comparison.report.warnings if comparison else ())])
-        for warning in warnings:
-            log.warn(warning)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in
+        warnings = _warn(log, ranks, reports, comparison)
         reports += [comparison.report] if comparison else []
         if reports:
-            for fmt in formats:
-                if not WRITERS[fmt].per_report:
-                    given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-                    writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
-                                  _out_dir(options, fmt), info)
+            _submit_whole_job(writes, pool, formats, built, names, comparison, options, info)
         if options.per_rank and several:
-            for rank in ranks:  # ranks, not events
-                rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
-                for fmt in options.formats:
-                    if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
-                        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
-                        if given:
-                            writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
-                        continue
-                    for name in names:
-                        if name in rank.reports:
-                            writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
-                                          rank_info)
+            _submit_per_rank(writes, pool, ranks, job, names, options)
         written = writes.results(formats, names)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _warn(log: Log, ranks: list[RankFigures], reports: list[Report], comparison: Comparison | None) -> list[str]:
+    """The job's warnings, one per cause (the ranks', the reports', the comparison's), each logged."""
+    warnings = one_per_cause([*(w for r in ranks for w in r.warnings), *(w for r in reports for w in r.warnings),
+                              *(comparison.report.warnings if comparison else ())])
+    for warning in warnings:
+        log.warn(warning)
+    return warnings
+
+
+def _submit_whole_job(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], built: dict[str, Report],
+                      names: list[str], comparison: Comparison | None, options: Options, info: RunInfo) -> None:
+    """The formats that write all reports at once (the HTML page): the reports asked for and those the format
+    needs, and the compare report."""
+    for fmt in formats:
+        if not WRITERS[fmt].per_report:
+            given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
+            writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
+                          _out_dir(options, fmt), info)
+
+
+def _submit_per_rank(writes: _Writes, pool: ThreadPoolExecutor, ranks: list[RankFigures], job: Job,
+                     names: list[str], options: Options) -> None:
+    """--per_rank: each rank's reports in its own folder (made in the staging folder when written)."""
+    for rank in ranks:  # ranks, not events
+        rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
+        for fmt in options.formats:
+            if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
+                given = [rank.reports[n] for n in REPORTS if n in rank.reports]
+                if given:
+                    writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
+                continue
+            for name in names:
+                if name in rank.reports:
+                    writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
+                                  rank_info)
 
 
 def _comparison_targets(options: Options) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Shared test helpers: where the real fixtures are."""
+"""Shared test helpers: where the real fixtures are, and the command line run in-process."""
 
 from __future__ import annotations
 
@@ -24,13 +24,17 @@ RECORDINGS = ("cuda_basic", "resnet_fp32", "resnet_amp", "dataloader_bound", "no
               "cuda_graph", "cpu_nvtx_numpy")
 
 
+def fixture_path(relative: str, what: str) -> Path:
+    """`relative` under the bundled fixtures/ or else ../shared's; skips, naming `what`, when neither has it."""
+    for base in (BUNDLED, SHARED):
+        if (base / relative).exists():
+            return base / relative
+    pytest.skip(f"{what} not available (neither in fixtures/ nor in {SHARED})")
+
+
 def recording_dir(name: str) -> Path:
     """Folder of an nsys-2022.4 recording (bundled first, then ../shared); skips when absent."""
-    for base in (BUNDLED, SHARED):
-        folder = base / "nsys-2022.4" / name
-        if (folder / f"{name}.sqlite").exists():
-            return folder
-    pytest.skip(f"fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+    return fixture_path(f"nsys-2022.4/{name}/{name}.sqlite", f"fixture {name}").parent
 
 
 def recording(name: str) -> Path:
@@ -46,20 +50,12 @@ def public_fixtures() -> list[Path]:
 
 def nvprof_fixture(name: str) -> Path:
     """A file of the nvprof fixture (bundled first, then ../shared); skips when absent."""
-    for base in (BUNDLED, SHARED):
-        path = base / "nvprof" / name
-        if path.exists():
-            return path
-    pytest.skip(f"nvprof fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+    return fixture_path(f"nvprof/{name}", f"nvprof fixture {name}")
 
 
 def ncu_dir(name: str) -> Path:
     """Folder of an Nsight Compute fixture (bundled first, then ../shared); skips when absent."""
-    for base in (BUNDLED, SHARED):
-        folder = base / "ncu" / name
-        if (folder / f"{name}_raw.csv.gz").exists():
-            return folder
-    pytest.skip(f"ncu fixture {name} not available (neither in fixtures/ nor in {SHARED})")
+    return fixture_path(f"ncu/{name}/{name}_raw.csv.gz", f"ncu fixture {name}").parent
 
 
 def ncu_csv(name: str) -> Path:
@@ -96,3 +92,16 @@ def multi(tmp_path_factory) -> Callable[[str], Path]:
     """multi("ddp2_gpt_per_rank") -> the folder of that multi-GPU recording (see multi_dir)."""
     root = tmp_path_factory.mktemp("multi")
     return lambda name: multi_dir(name, root)
+
+
+def dlagg(capture: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The command line run in-process with `args`: (exit code, stdout, stderr), read with `capture`
+    (capsys, or capfd where output comes from below Python)."""
+    from dlagg.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capture.readouterr()
+    return code, out, err

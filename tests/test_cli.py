@@ -11,22 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dlagg.cli import main
-
-from .conftest import recording
+from .conftest import dlagg, recording
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def dlagg(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

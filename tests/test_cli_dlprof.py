@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from dlagg.cli import DLPROF_ONLY, MODES, build_parser, main
+from dlagg.cli import DLPROF_ONLY, MODES, build_parser
 from dlagg.log import Log
 from dlagg.record import DEFAULT_NSYS_OPTS
 
 from .builders import ExportBuilder
-from .conftest import recording
+from .conftest import dlagg, recording
 
 # A stand-in for Nsight Systems' nsys: checks its arguments as nsys would (the options dlagg may pass,
 # each with its value, the output given once, the program last), runs the program with its output and
@@ -107,15 +107,6 @@ def nsys(tmp_path: Path, monkeypatch) -> Path:
 
 def calls_of(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def dlagg(capfd, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def program(*lines: str) -> list[str]:

@@ -14,27 +14,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlagg.cli import main
 from dlagg.compare import CONFIDENCE, Samples, bootstrap_ratio
 from dlagg.options import Baseline, Options
 from dlagg.pipeline import run
 from dlagg.reports.figures import NS, Field, Table
 
 from .builders import ExportBuilder
-from .conftest import ncu_csv, recording
+from .conftest import dlagg, ncu_csv, recording
 
 STEPS = 15  # train_step iterations in the resnet recordings
 # TensorBoard scalars are float32 in ms
 F32_REL = 1e-6
-
-
-def dlagg(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def table(path: Path, key: str) -> pd.DataFrame:

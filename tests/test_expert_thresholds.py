@@ -94,7 +94,7 @@ def launches(count: int, gap: int, kernel: int = 1000) -> Step:
 @pytest.mark.parametrize(("gap", "fires"), [(10_400, False), (10_600, True)])
 def test_launch_bound_share_edge(tmp_path: Path, gap: int, fires: bool) -> None:
     # 19 gaps per iteration: 19 * 10,400 = 19.8% of T, 19 * 10,600 = 20.1%.
-    assert launch.LAUNCH_BOUND_MIN_SHARE == 0.2 and launch.LAUNCH_MIN_OPS == 20
+    assert launch.LAUNCH_BOUND_MIN_SHARE == 0.2 and launch.LAUNCH_MIN_GPU_ROWS == 20
     got = detect(export(tmp_path, launches(20, gap)))
     assert ("launch_bound" in got) == fires
     if fires:
@@ -102,7 +102,7 @@ def test_launch_bound_share_edge(tmp_path: Path, gap: int, fires: bool) -> None:
 
 
 def test_launch_bound_needs_enough_ops(tmp_path: Path) -> None:
-    # 19 ops with 18 gaps of 20 us = 36% of T, but fewer than LAUNCH_MIN_OPS launches.
+    # 19 GPU rows with 18 gaps of 20 us = 36% of T, but fewer than LAUNCH_MIN_GPU_ROWS launches.
     assert "launch_bound" not in detect(export(tmp_path, launches(19, 20_000)))
     assert "launch_bound" in detect(export(tmp_path, launches(20, 20_000)))
 

@@ -4,7 +4,8 @@ cli -> {pipeline, record} -> compare -> {job, writers} -> reports -> expert -> c
 -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
 is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
-writers import nothing below reports.
+writers import nothing below reports. No function is longer than MAX_FUNCTION_LINES lines unless its
+docstring says why ("Long because ...").
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
-    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0,
+    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0,
     "model": 1,
     "reader": 2,
     "timeline": 3, "classify": 3,
@@ -34,6 +35,8 @@ LAYERS = {
 }
 # Parts a writer may import besides writers and reports: the bottom layer.
 WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "writers", "reports"}
+# Longest function (def line to last line) that needs no reason in its docstring.
+MAX_FUNCTION_LINES = 60
 
 
 def modules() -> dict[str, Path]:
@@ -108,3 +111,15 @@ def test_package_init_modules_import_their_own_part_only() -> None:
         if path.name == "__init__.py" and name != "dlagg":
             for target in imports_of(name, path):
                 assert LAYERS[part(target)] <= LAYERS[part(name)], f"{name} imports {target}"
+
+
+def test_long_functions_say_why() -> None:
+    """No function over MAX_FUNCTION_LINES lines without a reason in its docstring ("Long because ...")."""
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if lines > MAX_FUNCTION_LINES and "Long because" not in (ast.get_docstring(node) or ""):
+                    long.append(f"{name}.{node.name} ({lines} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines without a reason: " + ", ".join(long)

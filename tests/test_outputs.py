@@ -4,7 +4,6 @@ run may write to."""
 
 from __future__ import annotations
 
-import ast
 import errno
 import io
 import os
@@ -26,7 +25,7 @@ from dlagg.writers import RunInfo
 from dlagg.writers import staging as staging_module
 from dlagg.writers.staging import HOST, JOURNAL, STAGING, Staging, output_error
 
-from .conftest import ROOT, recording
+from .conftest import dlagg, recording
 from .outputs import TRIGGERS, Plan, Trial, dlagg_command, draw, kill_trials, snapshot, strays, timed_run, which
 
 DB = "cuda_basic"
@@ -349,22 +348,12 @@ def test_kill_9_many_trials(tmp_path: Path, references) -> None:
 
 # ---- paths ---------------------------------------------------------------------------------------------
 
-def dlagg_cli(capsys, *args: str) -> tuple[int, str]:
-    from dlagg.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("name", ["../../x", "sub/dir", "a\\b", "", ".", "..", "a\nb", "tab\there", "bell\x07",
                                   "/abs/x", "x" * 250])
 def test_profile_name_is_a_file_name_prefix(tmp_path: Path, capsys, name: str) -> None:
     out = tmp_path / "deep" / "out"
-    code, err = dlagg_cli(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=all",
-                          f"--profile_name={name}")
+    code, _, err = dlagg(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=all",
+                         f"--profile_name={name}")
     assert code == 2 and err.count("\n") == 1 and err.startswith("dlagg: error: --profile_name"), err
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == []
 
@@ -379,45 +368,24 @@ def test_baseline_profile_name_is_checked_too(tmp_path: Path) -> None:
 @pytest.mark.parametrize("tb_dir", ["../x", "../../x", "a/../../x", ""])
 def test_relative_tb_dir_stays_inside_the_output_folder(tmp_path: Path, capsys, tb_dir: str) -> None:
     out = tmp_path / "out"
-    code, err = dlagg_cli(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
-                          f"--tb_dir={tb_dir}")
+    code, _, err = dlagg(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
+                         f"--tb_dir={tb_dir}")
     assert code == 2 and err.count("\n") == 1 and err.startswith("dlagg: error: --tb_dir"), err
     assert list(tmp_path.iterdir()) == []
 
 
 def test_tb_dir_inside_and_absolute(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
-    code, err = dlagg_cli(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
-                          "--tb_dir=tb/../runs")
+    code, _, err = dlagg(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
+                         "--tb_dir=tb/../runs")
     assert code == 0, err
     assert list((out / "runs" / "dlagg").glob("events.out.tfevents.*"))
     elsewhere = tmp_path / "shared_tb"
-    code, err = dlagg_cli(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
-                          f"--tb_dir={elsewhere}", "--force")
+    code, _, err = dlagg(capsys, f"--nsys_database={recording(DB)}", f"--output_path={out}", "--reports=summary",
+                         f"--tb_dir={elsewhere}", "--force")
     assert code == 0, err
     assert f"event files go to {elsewhere / 'dlagg'} (an absolute --tb_dir, outside --output_path)" in err
     assert len(list((elsewhere / "dlagg").glob("events.out.tfevents.*"))) == 1
     assert strays(elsewhere) == [] and strays(out) == [] and sorted(p.name for p in elsewhere.iterdir()) == ["dlagg"]
     # the profile's set is its event folder under the current --tb_dir: the one under the earlier --tb_dir stays
     assert (out / "runs" / "dlagg").is_dir()
-
-
-# ---- function length -------------------------------------------------------------------------------------
-
-# The modules this work wrote or changed (dlagg/pipeline.py's `run` is being split elsewhere).
-SHORT_MODULES = ["dlagg/writers", "dlagg/cli.py", "dlagg/options.py", "tests/outputs.py", "tests/test_outputs.py",
-                 "tests/test_csv_safety.py"]
-MAX_FUNCTION_LINES = 60
-
-
-def test_functions_stay_within_60_lines_or_say_why() -> None:
-    long = []
-    for given in SHORT_MODULES:
-        where = ROOT / given
-        for path in sorted(where.rglob("*.py") if where.is_dir() else [where]):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    lines = node.end_lineno - node.lineno + 1
-                    if lines > MAX_FUNCTION_LINES and "Long because" not in (ast.get_docstring(node) or ""):
-                        long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
-    assert long == []

@@ -292,3 +292,17 @@ def test_inputs_as_comma_list_glob_and_folder(tmp_path, capsys) -> None:
         assert [s.path.name for s in job.sources] == ["rank2.sqlite", "rank10.sqlite"]  # numbers as numbers
     code, err = run(capsys, f"--nsys_database={folder / 'nothing*.sqlite'}", "--reports=summary", "-b")
     assert code == 1 and err.count("\n") == 1 and "no file matches" in err
+
+
+def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: Path) -> None:
+    from dlagg.pool import several_files
+
+    one = tmp_path / "rank0.sqlite"
+    one.touch()
+    assert several_files([f"--nsys_database={tmp_path}", "--reports=all"])  # a folder
+    assert several_files(["--nsys_database", f"{tmp_path}/rank*.sqlite"])  # a glob
+    assert several_files(["--nvprof_database=a.sql,b.sql"])  # a comma list
+    assert not several_files([f"--nsys_database={one}"])  # one file (its ranks may still use the pool later)
+    assert not several_files([f"--nsys_database={tmp_path}", "--workers=1"])  # in process
+    assert not several_files([f"--nsys_database={tmp_path}", "--scheduler", "tcp://h:8786"])  # Dask
+    assert not several_files(["--reports=all"])

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from dlagg.reader import load_profile
@@ -134,6 +135,81 @@ def test_the_sqlite3_fallback_reads_a_column_that_changes_type_after_the_first_b
     expected = sqlite_grid_x(path)
     assert expected[1499] == 4 and profile.kernels["grid_x"].tolist() == expected
     assert profile.kernels["grid_x"].dtype == np.int64
+
+
+def driver_refusal(kind: str) -> Exception:
+    from adbc_driver_manager import AdbcStatusCode, OperationalError
+
+    return {"driver": OperationalError("refused", status_code=AdbcStatusCode.IO),
+            "arrow": pa.ArrowInvalid("refused"),  # (ArrowInvalid is also a ValueError)
+            "stream": OSError("[SQLite] Type mismatch in column 9: expected INT64 but got DOUBLE")}[kind]
+
+
+@pytest.mark.parametrize("kind", ["driver", "arrow", "stream"])
+def test_only_the_drivers_refusals_take_the_slower_paths(tmp_path: Path, monkeypatch, kind: str) -> None:
+    """A refusal by the driver (its own error, Arrow's, or the OSError Arrow raises for a stream the driver broke
+    off, as a type change mid-table does) sends the read down the next path, and the sqlite3 fallback then reads
+    the table; anything else is a bug in dlagg and is raised as it is, never reported as a damaged file."""
+    import dlagg.reader.sqlite as reader
+
+    path = kernels_with(tmp_path, 20, "4.5", row=7)
+    refusals: list[int | None] = []
+
+    def refuse(self: object, sql: str, batch_rows: int | None) -> object:
+        refusals.append(batch_rows)
+        raise driver_refusal(kind)
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", refuse)
+    profile = load_profile(path)  # every table through the sqlite3 fallback
+    assert profile.kernels["grid_x"].tolist() == sqlite_grid_x(path)
+    assert None in refusals and any(b is not None for b in refusals)  # both Arrow paths were tried first
+
+    def bug(self: object, sql: str, batch_rows: int | None) -> object:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", bug)
+    with pytest.raises(KeyError, match="a bug"):
+        load_profile(path)
+
+
+def test_running_out_of_memory_in_the_driver_is_not_retried(tmp_path: Path, monkeypatch) -> None:
+    """MemoryError (Arrow's ArrowMemoryError is one) reaches the caller, which says how much memory the run
+    needs; a slower path would only need more."""
+    import dlagg.reader.sqlite as reader
+
+    path = kernels_with(tmp_path, 20, "4.5", row=7)
+    tried: list[int | None] = []
+
+    def out_of_memory(self: object, sql: str, batch_rows: int | None) -> object:
+        tried.append(batch_rows)
+        raise pa.ArrowMemoryError("malloc of size 8589934592 failed")
+
+    monkeypatch.setattr(reader.Database, "_adbc_table", out_of_memory)
+    monkeypatch.setattr(reader.Database, "_sqlite3_table", lambda *a: pytest.fail("the fallback was tried"))
+    with pytest.raises(MemoryError):
+        load_profile(path)
+    assert tried and all(b is not None for b in tried)  # each read stopped at its first, one-batch attempt
+
+
+@pytest.mark.parametrize("few_gaps", [0, 5, 1_000_000], ids=["selection", "boundary", "block-moves"])
+@pytest.mark.parametrize("seed", range(4))
+def test_compacting_the_nvtx_columns_is_a_boolean_selection(monkeypatch, few_gaps: int, seed: int) -> None:
+    """Both ways of dropping rows (block moves up to FEW_GAPS dropped rows, else a selection) give each column
+    what numpy's boolean selection gives, whatever the runs: dropped rows first, last, in runs or alone."""
+    import dlagg.reader.sqlite as reader
+
+    monkeypatch.setattr(reader, "FEW_GAPS", few_gaps)
+    rng = np.random.default_rng(seed)
+    rows = 200
+    keep = rng.random(rows) < [0.2, 0.6, 0.95, 1.0][seed]
+    keep[[0, -1]] = seed % 2 == 0  # the first and last rows dropped in half the cases
+    columns = {"a": np.arange(rows, dtype=np.int64), "b": rng.integers(-5, 5, rows).astype(np.int32),
+               "c": rng.random(rows) < 0.5}
+    expected = {name: values[keep].copy() for name, values in columns.items()}
+    got = reader._compact({name: values.copy() for name, values in columns.items()}, keep)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name].dtype == expected[name].dtype and got[name].tolist() == expected[name].tolist(), name
 
 
 @pytest.mark.parametrize("fallback", [False, True], ids=["one-batch", "fallback"])

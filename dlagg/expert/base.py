@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..model import share
+
 HIGH, MEDIUM, LOW = "high", "medium", "low"
 
 # Severity from the time at stake as a share of the typical (median) iteration time.
@@ -130,7 +132,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
+    """'12.3%' (`model.share` as text), 'n/a' when `whole` is 0."""
+    return f"{share(part, whole):.1f}%" if whole else "n/a"
 
 
 def iteration_list(iterations: Iterable[int]) -> str:

@@ -5,19 +5,20 @@ the aggregated iterations (``--iter_start``..``--iter_stop``) and "typical" mean
 them, so a warm-up step does not decide a finding about the steady state.
 
 ``gpu_rows`` is the device timeline the launch, sync and precision detectors reason about: every
-kernel, memcpy and memset sorted by start on its device, with
+kernel, memcpy and memset (a "GPU row"; "op" means an NVTX op here as everywhere, the reports' Ops
+column) sorted by start on its device, with
 
     dur             GPU duration (ns)
-    gap_before      idle time of the device before this op (since all earlier work on it ended)
-    host_wait       the op's launch call returned only after the device had run dry, i.e. the
+    gap_before      idle time of the device before this row (since all earlier work on it ended)
+    host_wait       the row's launch call returned only after the device had run dry, i.e. the
                     gap before it was spent waiting for the host to issue it
-    next_queued     the next op on the device was already issued (launch call returned) when this
+    next_queued     the next row on the device was already issued (launch call returned) when this
                     one ended: the device, not the host, was the bottleneck at that moment
-    host_blocked    when this op ended, a thread of its process was waiting for the GPU in a
+    host_blocked    when this row ended, a thread of its process was waiting for the GPU in a
                     synchronising call (``blocking_calls``): the host could go on only after it
     iteration       attributed by launch time, as in every other report
 
-An op is on the step's critical path ("GPU-bound") where it is ``next_queued`` or
+A GPU row is on the step's critical path ("GPU-bound") where it is ``next_queued`` or
 ``host_blocked``: making it faster then shortens the step (a synchronous run, which waits for
 every kernel, is all critical path); elsewhere the device would only wait longer for the host.
 """
@@ -112,7 +113,7 @@ class Facts:
         reach = rows.groupby("iteration", sort=False)["end"].cummax().to_numpy()
         same = np.r_[False, iteration[1:] == iteration[:-1]]
         reach_before = np.r_[0, reach[:-1]]
-        # Each op adds what it covers beyond everything earlier in its iteration.
+        # Each row adds what it covers beyond everything earlier in its iteration.
         added = np.where(same, np.maximum(reach - np.maximum(reach_before, start), 0), reach - start)
         return self.per_iteration(added, iteration)
 
@@ -152,7 +153,7 @@ class Facts:
         reach_before = np.r_[0, reach[:-1]]
         gap_before = np.where(same_device_before, np.maximum(start - reach_before, 0), 0)
         host_wait = same_device_before & (gap_before > 0) & has_api & (api_end > reach_before)
-        # The next op was issued before this one (and all earlier work) ended.
+        # The next row was issued before this one (and all earlier work) ended.
         next_api_end = np.r_[api_end[1:], -1]
         next_has_api = np.r_[has_api[1:], False]
         same_device_after = np.r_[device[1:] == device[:-1], False]
@@ -208,8 +209,8 @@ class Facts:
         """Typical per-iteration time of `rows` on the step's critical path: while the device had more
         work queued, or while the host waited for it in a synchronising call.
 
-        Making those ops faster shortens the step; the rest of their time the device would only
-        wait longer for the host. Time, not a sum of durations: ops running at once (streams,
+        Making that work faster shortens the step; the rest of their time the device would only
+        wait longer for the host. Time, not a sum of durations: rows running at once (streams,
         devices) count once, so the figure never exceeds the iteration's GPU work.
         """
         critical = rows["next_queued"].to_numpy() | rows["host_blocked"].to_numpy()
@@ -260,7 +261,7 @@ class Facts:
 
     @cached_property
     def host_wait_gaps(self) -> tuple[np.ndarray, np.ndarray]:
-        """GPU idle gaps spent waiting for the host to issue the next op (merged starts, ends)."""
+        """GPU idle gaps spent waiting for the host to issue the next GPU row (merged starts, ends)."""
         rows = self.gpu_rows
         wait = rows["host_wait"].to_numpy()
         start = rows["start"].to_numpy()[wait]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model import Iterations
 from ..timeline.iterations import near_names
 from .base import HIGH, Finding, detector, iteration_list, ms, plural, quoted, require
 from .facts import Facts
@@ -92,35 +93,8 @@ def iteration_variation(facts: Facts) -> list[Finding]:
         return []
     stake = float(durations.mean() - durations[steady].mean())
     slow = numbers[outlier]
-    took = (ms(durations[outlier].max()) if len(slow) == 1
-            else f"{ms(durations[outlier].min())} to {ms(durations[outlier].max())}")
-    evidence = (f"iteration times (each to the later of its key-node range's end and its GPU work's end: the GPU's "
-                f"pace wherever the host ran ahead): median {ms(median)}; "
-                f"iteration{'s' if len(slow) > 1 else ''} {iteration_list(slow)} take{'s' if len(slow) == 1 else ''} "
-                f"{took} (more than {VARIATION_OUTLIER_FACTOR}x the median); mean over {its.start}-{its.stop}: "
-                f"{ms(durations.mean())}, over {numbers[first]}-{numbers[last]}: {ms(durations[steady].mean())} "
-                "(summary: Average Iteration Time, Iteration Time Standard Deviation)")
-    if filling.any():
-        evidence += (f"; the host ran ahead of the GPU in iterations {iteration_list(numbers[filling])} (host-side "
-                     "time more than 10% shorter than the iteration time: the launch queue filled)")
-    if first > 0 or last < len(durations) - 1:
-        cut = [f"{iteration_list(numbers[:first])} before it" if first > 0 else "",
-               f"{iteration_list(numbers[last + 1:])} after it" if last < len(durations) - 1 else ""]
-        recommendation = (f"Aggregate the steady iterations only: --iter_start={numbers[first]} "
-                          f"--iter_stop={numbers[last]}. This range was chosen on the iteration times, which follow "
-                          "the GPU wherever the host ran ahead (the pace the step really runs at): it leaves out "
-                          "iterations "
-                          f"{' and '.join(c for c in cut if c)}, which take more than {VARIATION_OUTLIER_FACTOR}x "
-                          f"the median. Early iterations include start-up work (CUDA context and library "
-                          "initialisation, memory allocation, cuDNN autotuning) that later steps do not repeat.")
-        if len(inner):
-            recommendation += (f" Iterations {iteration_list(inner)} stay inside that range: look for periodic work "
-                                "there (logging, checkpoints, evaluation, garbage collection).")
-    else:
-        recommendation = (f"Iterations {iteration_list(inner)} are slow but surrounded by steady ones, so no "
-                          "iteration range excludes them: look for periodic work there (logging, checkpoints, "
-                          "evaluation, garbage collection) and compare them with a steady iteration in the "
-                          "iteration report.")
+    evidence = _variation_evidence(its, durations, numbers, outlier, steady, filling)
+    recommendation = _steady_advice(numbers, steady, inner)
     return [Finding(
         detector="iteration_variation",
         problem=(f"The aggregated iteration range of {its.start} to {its.stop} contains a lot of variation: "
@@ -133,3 +107,47 @@ def iteration_variation(facts: Facts) -> list[Finding]:
                   "inflate every per-iteration average in the reports (a measurement error, not a speed-up)"),
         iterations=iteration_list(slow),
     )]
+
+
+def _variation_evidence(its: Iterations, durations: np.ndarray, numbers: np.ndarray, outlier: np.ndarray,
+                        steady: slice, filling: np.ndarray) -> str:
+    """The iteration-variation finding's evidence: the median, the outliers, the means with and without them, and
+    where the host ran ahead of the GPU."""
+    median = float(np.median(durations))
+    slow = numbers[outlier]
+    took = (ms(durations[outlier].max()) if len(slow) == 1
+            else f"{ms(durations[outlier].min())} to {ms(durations[outlier].max())}")
+    evidence = (f"iteration times (each to the later of its key-node range's end and its GPU work's end: the GPU's "
+                f"pace wherever the host ran ahead): median {ms(median)}; "
+                f"iteration{'s' if len(slow) > 1 else ''} {iteration_list(slow)} take{'s' if len(slow) == 1 else ''} "
+                f"{took} (more than {VARIATION_OUTLIER_FACTOR}x the median); mean over {its.start}-{its.stop}: "
+                f"{ms(durations.mean())}, over {numbers[steady.start]}-{numbers[steady.stop - 1]}: "
+                f"{ms(durations[steady].mean())} (summary: Average Iteration Time, Iteration Time Standard Deviation)")
+    if filling.any():
+        evidence += (f"; the host ran ahead of the GPU in iterations {iteration_list(numbers[filling])} (host-side "
+                     "time more than 10% shorter than the iteration time: the launch queue filled)")
+    return evidence
+
+
+def _steady_advice(numbers: np.ndarray, steady: slice, inner: np.ndarray) -> str:
+    """The recommendation: aggregate the `steady` iterations only, or, when outliers (`inner`) are surrounded
+    by steady iterations, look for periodic work there."""
+    first, last = steady.start, steady.stop - 1
+    if first > 0 or last < len(numbers) - 1:
+        cut = [f"{iteration_list(numbers[:first])} before it" if first > 0 else "",
+               f"{iteration_list(numbers[last + 1:])} after it" if last < len(numbers) - 1 else ""]
+        recommendation = (f"Aggregate the steady iterations only: --iter_start={numbers[first]} "
+                          f"--iter_stop={numbers[last]}. This range was chosen on the iteration times, which follow "
+                          "the GPU wherever the host ran ahead (the pace the step really runs at): it leaves out "
+                          "iterations "
+                          f"{' and '.join(c for c in cut if c)}, which take more than {VARIATION_OUTLIER_FACTOR}x "
+                          f"the median. Early iterations include start-up work (CUDA context and library "
+                          "initialisation, memory allocation, cuDNN autotuning) that later steps do not repeat.")
+        if len(inner):
+            recommendation += (f" Iterations {iteration_list(inner)} stay inside that range: look for periodic work "
+                               "there (logging, checkpoints, evaluation, garbage collection).")
+        return recommendation
+    return (f"Iterations {iteration_list(inner)} are slow but surrounded by steady ones, so no "
+            "iteration range excludes them: look for periodic work there (logging, checkpoints, "
+            "evaluation, garbage collection) and compare them with a steady iteration in the "
+            "iteration report.")

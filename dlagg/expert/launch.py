@@ -11,8 +11,8 @@ from .facts import Facts
 
 # Fewer GPU operations per iteration than this cannot add up to a launch problem, and CUDA
 # graphs or fusion have little to remove.
-LAUNCH_MIN_OPS = 20
-# GPU idle gaps shorter than this, waiting for the host to issue the next op, are launch and
+LAUNCH_MIN_GPU_ROWS = 20
+# GPU idle gaps shorter than this, waiting for the host to issue the next GPU row, are launch and
 # framework overhead; longer ones are other host work (data, sync, Python logic). 100 us is
 # Holistic Trace Analysis' launch_delay_cutoff.
 LAUNCH_GAP_MAX_NS = 100_000
@@ -41,7 +41,7 @@ def launch_bound(facts: Facts) -> list[Finding]:
     stake = facts.typical(waited, iteration)
     typical = facts.typical_iteration_ns
     kernel_median = float(np.median(kernels["dur"].to_numpy()))
-    if (per_iteration_rows < LAUNCH_MIN_OPS or stake < LAUNCH_BOUND_MIN_SHARE * typical
+    if (per_iteration_rows < LAUNCH_MIN_GPU_ROWS or stake < LAUNCH_BOUND_MIN_SHARE * typical
             or kernel_median >= LAUNCH_SHORT_KERNEL_NS):
         return []
     has_api = kernels["api_start"].to_numpy() >= 0

@@ -55,28 +55,39 @@ def _describe(copies: pd.DataFrame, n_iter: int) -> str:
     return "; ".join(parts)
 
 
-@detector("pageable_copies")
-def pageable_copies(facts: Facts) -> list[Finding]:
-    """H2D/D2H copies from or to pageable host memory (staged by the driver, never asynchronous)."""
+def _exposed(facts: Facts, host_kind: int, min_share: float) -> tuple[pd.DataFrame, pd.DataFrame, float, str] | None:
+    """(every host copy, those from or to `host_kind` memory, their typical per-iteration time not overlapped by
+    kernels, the iterations where that time is at least `min_share` of the iteration), or None when the typical
+    time is below `min_share` of a typical iteration (or there is no such copy)."""
     require(len(facts.profile.memcpy) > 0, "CUDA memcpy records")
     require(bool((facts.profile.memcpy["src_kind"].to_numpy() >= 0).any()), "memcpy source/destination memory kinds")
     copies = _host_copies(facts)
-    pageable = copies[copies["host_kind"].to_numpy() == MEM_KIND_PAGEABLE]
-    if pageable.empty:
+    mine = copies[copies["host_kind"].to_numpy() == host_kind]
+    if mine.empty:
+        return None
+    iteration = mine["iteration"].to_numpy()
+    stake = facts.typical(mine["exposed"].to_numpy(), iteration)
+    if stake < min_share * facts.typical_iteration_ns:
+        return None
+    per = facts.per_iteration(mine["exposed"].to_numpy(), iteration)
+    durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
+    return copies, mine, stake, iteration_list(facts.aggregated[per >= min_share * durations])
+
+
+@detector("pageable_copies")
+def pageable_copies(facts: Facts) -> list[Finding]:
+    """H2D/D2H copies from or to pageable host memory (staged by the driver, never asynchronous)."""
+    found = _exposed(facts, MEM_KIND_PAGEABLE, PAGEABLE_MIN_SHARE)
+    if found is None:
         return []
-    iteration = pageable["iteration"].to_numpy()
-    stake = facts.typical(pageable["exposed"].to_numpy(), iteration)
+    copies, pageable, stake, slow = found
     typical = facts.typical_iteration_ns
-    if stake < PAGEABLE_MIN_SHARE * typical:
-        return []
     n_iter = len(facts.aggregated)
     pinned = copies[copies["host_kind"].to_numpy() == MEM_KIND_PINNED]
     evidence = (f"pageable: {_describe(pageable, n_iter)}; {ms(stake)} per typical iteration not overlapped by "
                 "kernels (kernel report: [CUDA memcpy HtoD/DtoH])")
     if len(pinned):
         evidence += f"; pinned copies in the same iterations: {_describe(pinned, n_iter)}"
-    per = facts.per_iteration(pageable["exposed"].to_numpy(), iteration)
-    durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
     return [Finding(
         detector="pageable_copies",
         problem=(f"Host-device copies use pageable host memory ({rate(len(pageable), n_iter)}): the "
@@ -89,7 +100,7 @@ def pageable_copies(facts: Facts) -> list[Finding]:
         time_at_stake_ns=stake,
         estimate=("upper bound: median per-iteration time of the pageable copies not overlapped by any kernel; "
                   "asynchronous pinned copies can hide all of it behind compute"),
-        iterations=iteration_list(facts.aggregated[per >= PAGEABLE_MIN_SHARE * durations]),
+        iterations=slow,
         kernels=", ".join(sorted({"[CUDA memcpy HtoD]" if k == HTOD else "[CUDA memcpy DtoH]"
                                   for k in pageable["copy_kind"].to_numpy()})),
     )]
@@ -98,20 +109,12 @@ def pageable_copies(facts: Facts) -> list[Finding]:
 @detector("exposed_copies")
 def exposed_copies(facts: Facts) -> list[Finding]:
     """Copies from pinned memory that still run while no kernel does (not overlapped with compute)."""
-    require(len(facts.profile.memcpy) > 0, "CUDA memcpy records")
-    require(bool((facts.profile.memcpy["src_kind"].to_numpy() >= 0).any()), "memcpy source/destination memory kinds")
-    copies = _host_copies(facts)
-    pinned = copies[copies["host_kind"].to_numpy() == MEM_KIND_PINNED]
-    if pinned.empty:
+    found = _exposed(facts, MEM_KIND_PINNED, EXPOSED_COPY_MIN_SHARE)
+    if found is None:
         return []
-    iteration = pinned["iteration"].to_numpy()
-    stake = facts.typical(pinned["exposed"].to_numpy(), iteration)
+    _, pinned, stake, slow = found
     typical = facts.typical_iteration_ns
-    if stake < EXPOSED_COPY_MIN_SHARE * typical:
-        return []
     n_iter = len(facts.aggregated)
-    per = facts.per_iteration(pinned["exposed"].to_numpy(), iteration)
-    durations = facts.breakdown["duration"].to_numpy(dtype=np.float64)
     return [Finding(
         detector="exposed_copies",
         problem=(f"Copies from pinned memory are not overlapped with compute: {pct(stake, typical)} of a typical "
@@ -124,5 +127,5 @@ def exposed_copies(facts: Facts) -> list[Finding]:
         time_at_stake_ns=stake,
         estimate=("upper bound: median per-iteration copy time with no kernel running on the device; fully "
                   "overlapped copies cost nothing"),
-        iterations=iteration_list(facts.aggregated[per >= EXPOSED_COPY_MIN_SHARE * durations]),
+        iterations=slow,
     )]

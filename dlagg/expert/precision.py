@@ -112,18 +112,80 @@ def _op_level(facts: Facts, kernels: pd.DataFrame) -> OpLevel:
     )
 
 
-@detector("amp")
-def amp(facts: Facts) -> list[Finding]:
-    """Tensor-Core-eligible kernels (and ops) running in FP32 or TF32 on a GPU with Tensor Cores."""
-    kernels = facts.selected_kernels
-    require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
+@dataclass(frozen=True)
+class _Times:
+    """The GEMM/convolution kernel time of the aggregated iterations by precision (ns, all iterations), and
+    the part of the FP32/TF32 time on the critical path (ns, per typical iteration)."""
+
+    eligible: float  # GEMM/convolution math, or any kernel on Tensor Cores
+    slow: float  # FP32 and TF32 math
+    named_fp32: float  # FP32 math known by its name (not the unnamed kernels of eligible ops without TC kernels)
+    tf32: float
+    half: float  # at 16 bits on Tensor Cores
+    on_path: float  # FP32 and TF32 kernels on the critical path, per typical iteration
+    tf32_kernels: int  # TF32 kernel launches
+
+
+def _compute_capability(facts: Facts, kernels: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(the GPUs that ran `kernels`, or all GPUs when none is known, their lowest compute capability major)."""
     gpus = facts.profile.gpus
     require(len(gpus) > 0, "the GPU's compute capability (no TARGET_INFO_GPU table)")
     mine = gpus[gpus["device_id"].isin(np.unique(kernels["device_id"].to_numpy()))]
     gpus = mine if len(mine) else gpus
     known = gpus["cc_major"].dropna()  # <NA> where the export holds no usable compute capability
     require(len(known) > 0, "the GPU's compute capability (TARGET_INFO_GPU has none)")
-    cc = int(known.min())
+    return gpus, int(known.min())
+
+
+def _recommendation(mixed: bool, cc: int) -> str:
+    """What to do: bring the leftovers under mixed precision when it is on (`mixed`), else enable AMP (bf16
+    where the GPU has it)."""
+    if mixed:  # mixed precision is on already: advise the leftovers, not AMP from scratch
+        return ("Mixed precision is already on for part of the math: bring these kernels' ops under it too. "
+                "Run them inside the autocast region (ops outside it, custom ops, and ops autocast keeps in "
+                "FP32 stay FP32), keep their shapes multiples of 8, and let cuDNN pick Tensor Core "
+                "algorithms (torch.backends.cudnn.benchmark = True).")
+    if cc >= BF16_MIN_CC:
+        return ("Enable automatic mixed precision with bf16: run the forward pass and loss under "
+                "torch.autocast('cuda', dtype=torch.bfloat16) (no GradScaler needed); TensorFlow: "
+                "mixed_precision.set_global_policy('mixed_bfloat16'). Where FP32 must stay, at least allow "
+                "TF32 (torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True)."
+                " See https://developer.nvidia.com/automatic-mixed-precision")
+    return ("Enable automatic mixed precision with FP16: torch.autocast('cuda', dtype=torch.float16) "
+            "with torch.amp.GradScaler; TensorFlow: mixed_precision.set_global_policy('mixed_float16'). "
+            "See https://developer.nvidia.com/automatic-mixed-precision")
+
+
+def _problem_and_evidence(gpu: str, times: _Times, n_iter: int, n_slow: int, ops: OpLevel) -> tuple[str, str]:
+    """The finding's Problem and evidence texts; `gpu`: 'name (compute capability x.y)'."""
+    evidence = (f"{gpu} has Tensor Cores; of {ms(times.eligible / n_iter)} of "
+                f"GEMM/convolution kernel time per iteration, {pct(times.named_fp32, times.eligible)} runs without "
+                "Tensor Cores")
+    if times.tf32_kernels:
+        evidence += f" and {pct(times.tf32, times.eligible)} in TF32"
+    evidence += (f", {pct(times.half, times.eligible)} at 16 bits on Tensor Cores ("
+                 + ("mixed precision is on: AMP is not advised from scratch" if times.half > 0 else "none: AMP is off")
+                 + f"; kernel report: Uses TC; {n_slow} distinct kernels not at 16 bits); "
+                 f"{ms(times.on_path)} of them per typical iteration on the critical path (GPU work queued "
+                 "behind them, or the host waiting for them)")
+    problem = (f"{n_slow} kernels were eligible to use Tensor Cores at reduced precision but run in "
+               f"{'FP32' if not times.tf32_kernels else 'FP32/TF32'}: {pct(times.slow, times.eligible)} of the "
+               "GEMM/convolution GPU time")
+    if ops.count:
+        evidence += (f"; tensor report: {ops.count} of {ops.eligible} Tensor-Core-eligible ops ({ops.types}) use no "
+                     f"Tensor Core kernel, {ops.share:.1%} of the eligible ops' kernel time")
+        problem = f"{ops.count} ops were eligible to use Tensor Cores but none of their kernels do; {problem}"
+    if ops.utilization is not None:
+        evidence += f"; summary: Tensor Core Kernel Utilization % {ops.utilization:.1f}"
+    return problem, evidence
+
+
+@detector("amp")
+def amp(facts: Facts) -> list[Finding]:
+    """Tensor-Core-eligible kernels (and ops) running in FP32 or TF32 on a GPU with Tensor Cores."""
+    kernels = facts.selected_kernels
+    require(len(kernels) > 0, "GPU kernels in the aggregated iterations")
+    gpus, cc = _compute_capability(facts, kernels)
     if cc < TC_MIN_CC:
         return []
     ids = np.unique(kernels["name_id"].to_numpy())
@@ -136,7 +198,6 @@ def amp(facts: Facts) -> list[Finding]:
     half = kernels[np.isin(name_id, ids[math & uses_tc & ~tf32])]  # GEMM/convolution at 16 bits on Tensor Cores
     eligible_time = float(eligible["dur"].sum())
     slow_time = float(fp32["dur"].sum() + tf["dur"].sum())
-    half_time = float(half["dur"].sum())
     ops = _op_level(facts, kernels)
     kernel_share = slow_time / eligible_time if eligible_time else 0.0
     if kernel_share < AMP_MIN_SHARE and ops.share < AMP_MIN_SHARE:
@@ -152,50 +213,17 @@ def amp(facts: Facts) -> list[Finding]:
         return []
     slow = pd.concat([fp32, tf])
     text, _ = facts.top_kernels(slow, limit=5, total=float(kernels["dur"].sum()))
-    gpu_name = ", ".join(sorted(set(gpus["name"].astype(str))))
-    cc_text = f"{cc}.{int(gpus['cc_minor'].min())}"
-    if half_time > 0:  # mixed precision is on already: advise the leftovers, not AMP from scratch
-        recommendation = ("Mixed precision is already on for part of the math: bring these kernels' ops under it too. "
-                          "Run them inside the autocast region (ops outside it, custom ops, and ops autocast keeps in "
-                          "FP32 stay FP32), keep their shapes multiples of 8, and let cuDNN pick Tensor Core "
-                          "algorithms (torch.backends.cudnn.benchmark = True).")
-    elif cc >= BF16_MIN_CC:
-        recommendation = ("Enable automatic mixed precision with bf16: run the forward pass and loss under "
-                          "torch.autocast('cuda', dtype=torch.bfloat16) (no GradScaler needed); TensorFlow: "
-                          "mixed_precision.set_global_policy('mixed_bfloat16'). Where FP32 must stay, at least allow "
-                          "TF32 (torch.backends.cuda.matmul.allow_tf32 = True, torch.backends.cudnn.allow_tf32 = True)."
-                          " See https://developer.nvidia.com/automatic-mixed-precision")
-    else:
-        recommendation = ("Enable automatic mixed precision with FP16: torch.autocast('cuda', dtype=torch.float16) "
-                          "with torch.amp.GradScaler; TensorFlow: mixed_precision.set_global_policy('mixed_float16'). "
-                          "See https://developer.nvidia.com/automatic-mixed-precision")
-    n_iter = len(facts.aggregated)
-    n_slow = len(np.unique(facts.short_ids(slow)))
-    named_fp32 = float(fp32["dur"].sum() - unnamed["dur"].sum())
-    evidence = (f"{gpu_name} (compute capability {cc_text}) has Tensor Cores; of {ms(eligible_time / n_iter)} of "
-                f"GEMM/convolution kernel time per iteration, {pct(named_fp32, eligible_time)} runs without Tensor "
-                "Cores")
-    if len(tf):
-        evidence += f" and {pct(float(tf['dur'].sum()), eligible_time)} in TF32"
-    evidence += (f", {pct(half_time, eligible_time)} at 16 bits on Tensor Cores ("
-                 + ("mixed precision is on: AMP is not advised from scratch" if half_time > 0 else "none: AMP is off")
-                 + f"; kernel report: Uses TC; {n_slow} distinct kernels not at 16 bits); "
-                 f"{ms(fp32_bound + tf32_bound)} of them per typical iteration on the critical path (GPU work queued "
-                 "behind them, or the host waiting for them)")
-    problem = (f"{n_slow} kernels were eligible to use Tensor Cores at reduced precision but run in "
-               f"{'FP32' if not len(tf) else 'FP32/TF32'}: {pct(slow_time, eligible_time)} of the GEMM/convolution "
-               "GPU time")
-    if ops.count:
-        evidence += (f"; tensor report: {ops.count} of {ops.eligible} Tensor-Core-eligible ops ({ops.types}) use no "
-                     f"Tensor Core kernel, {ops.share:.1%} of the eligible ops' kernel time")
-        problem = f"{ops.count} ops were eligible to use Tensor Cores but none of their kernels do; {problem}"
-    if ops.utilization is not None:
-        evidence += f"; summary: Tensor Core Kernel Utilization % {ops.utilization:.1f}"
+    times = _Times(eligible=eligible_time, slow=slow_time, named_fp32=float(fp32["dur"].sum() - unnamed["dur"].sum()),
+                   tf32=float(tf["dur"].sum()), half=float(half["dur"].sum()), on_path=fp32_bound + tf32_bound,
+                   tf32_kernels=len(tf))
+    gpu = f"{', '.join(sorted(set(gpus['name'].astype(str))))} (compute capability {cc}.{int(gpus['cc_minor'].min())})"
+    problem, evidence = _problem_and_evidence(gpu, times, len(facts.aggregated), len(np.unique(facts.short_ids(slow))),
+                                              ops)
     per = facts.per_iteration(slow["dur"].to_numpy(), slow["iteration"].to_numpy())
     return [Finding(
         detector="amp",
         problem=problem,
-        recommendation=recommendation,
+        recommendation=_recommendation(times.half > 0, cc),
         evidence=evidence,
         time_at_stake_ns=stake,
         estimate=(f"their median per-iteration GPU time on the critical path, times (1 - 1/"

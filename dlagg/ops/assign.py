@@ -73,6 +73,8 @@ DIRECTIONS = ("", mk.FPROP, mk.BPROP)  # direction codes of the instance table
 INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",
                     "input_shapes", "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
                     "kernel_time", "tc_kernel_time")
+# The per-instance kernel counts and times (`_work_figures`), the last of INSTANCE_COLUMNS.
+KERNEL_COLUMNS = INSTANCE_COLUMNS[-4:]
 
 
 @dataclass(frozen=True)
@@ -209,29 +211,14 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
     loose = outside_every_range(forest, api, api_range)
     names = parsed.names
     name = parsed.codes(rng["text_id"].to_numpy()[rows_of])
-    kind = np.append(names["kind"].to_numpy(dtype=np.int8), mk.IGNORE)[name]  # code -1 takes the last slot
     domain = rng["domain_id"].to_numpy()[rows_of]
-    # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
-    kind[_among(kind, mk.USER, mk.FORWARD) & (domain != 0)] = mk.LIBRARY
     seq = rng["seq"].to_numpy()[rows_of]
-    if parsed.dict_markers:
-        kind[_seq_less_wrappers(forest, kind, seq)] = mk.PASS
-
-    # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
-    if iterations.found:
-        kind[_key_ranges(profile, iterations, forest, parsed, name)] = mk.IGNORE
+    kind = _range_kinds(profile, iterations, forest, parsed, name, domain, seq)
     head = _heads(forest, kind)
     heads = np.flatnonzero(head)
     if len(heads) == 0:
         return None, loose
-    # instance_at[r]: the op instance of range r's innermost head at or above it (-1: none, also
-    # for index -1, "no range", which takes the appended last slot)
-    index = index_dtype(len(forest))
-    instance_of_head = np.full(len(forest) + 1, -1, dtype=index)
-    instance_of_head[heads] = np.arange(len(heads))
-    head_at = forest.propagate(np.where(head, np.arange(len(forest), dtype=index), index(-1)))
-    instance_at = np.append(instance_of_head[head_at], index(-1))
-    del head_at, instance_of_head
+    instance_at = _instance_at(forest, head, heads)
 
     # Group paths: the user ranges that enclose an op, outermost first.
     group = (kind == mk.USER) & ~head
@@ -240,6 +227,48 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
     _adopt_orphans(forest, heads, group, path_code)
     del group
 
+    h = _head_table(forest, heads, kind, name, domain, path_code, rng["row"].to_numpy()[rows_of[heads]], names,
+                    iterations)
+    del domain, path_code, name, rows_of
+    linked = _link_backward(forest, kind, seq, instance_at, h)
+    del seq, kind
+    work_instance = _launch_instances(forest, heads, work, instance_at)
+    api_instance = instance_at[api_range]
+    return (h, paths, linked, work_instance, api_instance), loose
+
+
+def _range_kinds(profile: Profile, iterations: Iterations, forest: Forest, parsed: mk.Parsed, name: np.ndarray,
+                 domain: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Per range (in forest order; `name`: its name code, `domain`, `seq`), its marker kind (markers.py) after
+    the rules that depend on where it is: a "::" name in a library's domain is the library's; in a dict-marker
+    profile, emit_nvtx wrappers without a seq pass their work on; the key node and the ranges enclosing
+    it are ignored."""
+    kind = np.append(parsed.names["kind"].to_numpy(dtype=np.int8), mk.IGNORE)[name]  # code -1 takes the last slot
+    # emit_nvtx writes to the default domain; a "::" name in a library's domain is the library's
+    kind[_among(kind, mk.USER, mk.FORWARD) & (domain != 0)] = mk.LIBRARY
+    if parsed.dict_markers:
+        kind[_seq_less_wrappers(forest, kind, seq)] = mk.PASS
+    # The key node and the ranges enclosing it are the iteration structure, not ops or groups.
+    if iterations.found:
+        kind[_key_ranges(profile, iterations, forest, parsed, name)] = mk.IGNORE
+    return kind
+
+
+def _instance_at(forest: Forest, head: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Per range, the op instance of its innermost head at or above it (-1: none), and a last slot, -1, for
+    index -1 ("no range")."""
+    index = index_dtype(len(forest))
+    instance_of_head = np.full(len(forest) + 1, -1, dtype=index)
+    instance_of_head[heads] = np.arange(len(heads))
+    head_at = forest.propagate(np.where(head, np.arange(len(forest), dtype=index), index(-1)))
+    return np.append(instance_of_head[head_at], index(-1))
+
+
+def _head_table(forest: Forest, heads: np.ndarray, kind: np.ndarray, name: np.ndarray, domain: np.ndarray,
+                path_code: np.ndarray, nvtx_row: np.ndarray, names: pd.DataFrame,
+                iterations: Iterations) -> pd.DataFrame:
+    """One row per op instance (the ranges `heads`, `nvtx_row` their NVTX row ids): its range, marker kind,
+    name and detail codes (`_dict_names`), domain, group path code, direction code, iteration and process."""
     h = pd.DataFrame({
         "row": heads,
         "start": forest.start[heads],
@@ -249,27 +278,25 @@ def _instances(profile: Profile, iterations: Iterations, work: pd.DataFrame, par
         "name": name[heads],
         "domain": domain[heads],
         "path": path_code[heads],
-        "nvtx_row": rng["row"].to_numpy()[rows_of[heads]],
+        "nvtx_row": nvtx_row,
     }, copy=False)
-    del domain, path_code
     h["name"], h["detail"] = _dict_names(h, kind, forest.parent, name)
-    del name
     h["direction"] = _direction_codes(names)[h["detail"].to_numpy()]
     h["iteration"] = iterations.assign(h["start"].to_numpy())
     h["pid"] = h["global_tid"].to_numpy() & PID_MASK
-    del rows_of
-    linked = _link_backward(forest, kind, seq, instance_at, h)
-    del seq, kind
+    return h
 
-    # GPU work and API calls -> innermost op instance on the launching thread.
+
+def _launch_instances(forest: Forest, heads: np.ndarray, work: pd.DataFrame, instance_at: np.ndarray) -> np.ndarray:
+    """Per GPU work row, the op instance that launched it: the innermost one enclosing its launching API call
+    on the launching thread, or, from a thread without ranges, the one open in its process (-1: none)."""
     has_api = work["api_start"].to_numpy() >= 0
     work_range = np.full(len(work), -1, dtype=np.int64)
     work_range[has_api] = forest.innermost(work["api_tid"].to_numpy()[has_api], work["api_start"].to_numpy()[has_api],
                                            work["api_end"].to_numpy()[has_api])
     work_instance = instance_at[work_range].astype(np.int64)
     _adopt_unannotated_launches(forest, heads, work, work_instance)
-    api_instance = instance_at[api_range]
-    return (h, paths, linked, work_instance, api_instance), loose
+    return work_instance
 
 
 def outermost_calls(api: pd.DataFrame) -> np.ndarray:
@@ -357,18 +384,7 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
     mine = (work_instance < 0) & (work["api_row"].to_numpy() >= 0)
     work_instance[mine] = instance_of_row[work["api_row"].to_numpy()[mine]]
     n = len(calls)
-    own = np.where(work_instance >= n_old, work_instance - n_old, -1)
-    w_start, w_end = work["start"].to_numpy(), work["end"].to_numpy()
-    gpu = union_by_group(own, w_start, w_end, n)
-    has = own >= 0
-    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(lo, own[has], w_start[has])
-    np.maximum.at(hi, own[has], w_end[has])
-    is_kernel = (work["kind"].to_numpy() == KERNEL) & has
-    tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
-    duration = w_end - w_start
+    figures = _work_figures(work, np.where(work_instance >= n_old, work_instance - n_old, -1), n, uses_tc)
     cpu = end - start
     blank = categorical(np.full(n, -1, dtype=np.int64), [])
     instances = pd.DataFrame({
@@ -384,16 +400,23 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
         "input_shapes": blank,
         "stack": blank,
         "cpu": cpu,
-        "gpu": gpu,
-        "gpu_idle": np.where(hi >= lo, hi - lo, 0) - gpu,
+        "gpu": figures["gpu"],
+        "gpu_idle": figures["gpu_idle"],
         "api": cpu,  # the call itself (calls made inside it lie within it)
         "cpu_overhead": np.zeros(n, dtype=np.int64),
-        "kernels": np.bincount(own[is_kernel], minlength=n),
-        "tc_kernels": np.bincount(own[tc], minlength=n),
-        "kernel_time": np.bincount(own[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
-        "tc_kernel_time": np.bincount(own[tc], weights=duration[tc], minlength=n).astype(np.int64),
+        **{c: figures[c] for c in KERNEL_COLUMNS},
     })
-    table = pd.DataFrame({
+    table = _unassociated_ops(ops.ops, first, api_names, base)
+    joined = pd.concat([ops.instances, instances], ignore_index=True)
+    for column in ("path", "data_types", "input_shapes", "stack"):  # categorical: codes, never a string per row
+        joined[column] = union_categoricals([ops.instances[column].array, instances[column].array])
+    return Ops(joined[list(INSTANCE_COLUMNS)], table[ops.ops.columns], work_instance, ops.warnings)
+
+
+def _unassociated_ops(table: pd.DataFrame, first: pd.Series, api_names: np.ndarray, base: int) -> pd.DataFrame:
+    """The op table `table` with an ``unassociated_<api>`` op per API name (`first`: its first call's start,
+    in key order from `base` on), all renumbered by first appearance."""
+    extra = pd.DataFrame({
         "op_id": "",
         "op_name": UNASSOCIATED + api_names,
         "direction": "",
@@ -405,13 +428,37 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
         "forward_op_key": "",
         "order": 0,
     }, index=pd.Index(base + np.arange(len(first)), name="key"))
-    table = pd.concat([ops.ops, table]) if len(ops.ops) else table
-    table["order"] = table["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
-    table["op_id"] = op_ids(table)
-    joined = pd.concat([ops.instances, instances], ignore_index=True)
-    for column in ("path", "data_types", "input_shapes", "stack"):  # categorical: codes, never a string per row
-        joined[column] = union_categoricals([ops.instances[column].array, instances[column].array])
-    return Ops(joined[list(INSTANCE_COLUMNS)], table[ops.ops.columns], work_instance, ops.warnings)
+    joined = pd.concat([table, extra]) if len(table) else extra
+    joined["order"] = joined["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
+    joined["op_id"] = op_ids(joined)
+    return joined
+
+
+def _work_figures(work: pd.DataFrame, work_instance: np.ndarray, n: int,
+                  uses_tc: Callable[[np.ndarray], np.ndarray]) -> dict[str, np.ndarray]:
+    """The GPU figures of instances 0..n-1 from the work they launched (`work_instance`: each work row's
+    instance, -1 for none): ``gpu`` (the union of its intervals), ``gpu_idle`` (the span from its first start
+    to its last end, minus ``gpu``), and the KERNEL_COLUMNS (kernels, those using Tensor Cores, their times)."""
+    start = work["start"].to_numpy()
+    end = work["end"].to_numpy()
+    gpu = union_by_group(work_instance, start, end, n)
+    mine = work_instance >= 0
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, work_instance[mine], start[mine])
+    np.maximum.at(last, work_instance[mine], end[mine])
+    is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
+    tc = np.zeros(len(work), dtype=bool)
+    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
+    duration = end - start
+    return {
+        "gpu": gpu,
+        "gpu_idle": np.where(last >= first, last - first, 0) - gpu,
+        "kernels": np.bincount(work_instance[is_kernel], minlength=n),
+        "tc_kernels": np.bincount(work_instance[tc], minlength=n),
+        "kernel_time": np.bincount(work_instance[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
+        "tc_kernel_time": np.bincount(work_instance[tc], weights=duration[tc], minlength=n).astype(np.int64),
+    }
 
 
 def _among(kind: np.ndarray, *kinds: int) -> np.ndarray:
@@ -637,6 +684,47 @@ def _link_backward(forest: Forest, kind: np.ndarray, seq: np.ndarray, instance_a
 def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames, names: pd.DataFrame, texts: np.ndarray,
            paths: list[str], domains: Mapping[int, str]) -> tuple[np.ndarray, pd.DataFrame]:
     """Op key of each instance and the op table (see the module docstring)."""
+    keys, occurrence = _op_keys(h, linked)
+    first = pd.DataFrame({"key": keys, "start": h["start"].to_numpy(), "i": np.arange(len(h))}).sort_values(
+        "start", kind="stable").drop_duplicates("key")
+    rep = first["i"].to_numpy()
+    rep_name = op_names.texts[op_names.code[rep]]
+    ops = pd.DataFrame({
+        "op_name": rep_name,
+        "direction": np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep]],
+        "op_type": names["op_type"].to_numpy(dtype=object)[h["detail"].to_numpy()[rep]],
+        "first_start": first["start"].to_numpy(),
+        "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
+    }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
+    # Two backward nodes of one forward op with the same name (AMP casts weight and bias: two
+    # ToCopyBackward0 under one linear) are told apart as DLProf writes repeats: "ToCopyBackward0[2]".
+    again = (linked[rep] >= 0) & (occurrence[rep] > 0)
+    if again.any():
+        ops.loc[first["key"].to_numpy()[again], "op_name"] = [
+            f"{n}[{k + 1}]" for n, k in zip(rep_name[again], occurrence[rep[again]], strict=True)]
+    # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
+    # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
+    # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
+    distinct_types = pd.Series(ops["op_type"].astype(str).unique())
+    eligible = pd.Series(op_tc_eligible(distinct_types).to_numpy(), index=distinct_types.to_numpy())
+    ops["tc_eligible"] = eligible.reindex(ops["op_type"].astype(str).to_numpy()).to_numpy(dtype=bool)
+    fk = ops["forward_key"].to_numpy()
+    is_linked = fk >= 0
+    ops.loc[is_linked, "op_type"] = ops["op_type"].reindex(fk[is_linked]).to_numpy()
+    text = _op_key_texts(h, linked, pd.Series(rep, index=first["key"].to_numpy()), occurrence, texts, paths, domains)
+    forward_text = text.reindex(np.maximum(fk, 0)).to_numpy(dtype=object)
+    ops["op_key"] = np.where(is_linked, forward_text + " > " + text.to_numpy(dtype=object), text.to_numpy(dtype=object))
+    ops["forward_op_key"] = np.where(is_linked, ops["op_key"].reindex(np.maximum(fk, 0)).to_numpy(dtype=object), "")
+    ops["order"] = ops["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
+    ops["op_id"] = op_ids(ops)
+    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key", "op_key",
+                      "forward_op_key", "order"]]
+
+
+def _op_keys(h: pd.DataFrame, linked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(op key, occurrence) of each instance: an op is (group path, marker name and domain, direction,
+    occurrence of that triple within its iteration and process); a backward op linked to a forward
+    instance is (that instance's op, its own name, occurrence under that instance), numbered after the others."""
     n = len(h)
     name_key = h["name"].to_numpy() * 1_000_003 + h["domain"].to_numpy()  # distinct markers per domain
     frame = pd.DataFrame({
@@ -666,50 +754,23 @@ def _group(h: pd.DataFrame, linked: np.ndarray, op_names: OpNames, names: pd.Dat
         linked_frame = pd.DataFrame({"fkey": keys[linked[link_idx]], "name": name_key[link_idx],
                                      "occ": occurrence[link_idx]})
         keys[link_idx] = base + linked_frame.groupby(["fkey", "name", "occ"], sort=False).ngroup().to_numpy()
+    return keys, occurrence
 
-    first = pd.DataFrame({"key": keys, "start": h["start"].to_numpy(), "i": np.arange(n)}).sort_values(
-        "start", kind="stable").drop_duplicates("key")
-    rep = first["i"].to_numpy()
-    rep_name = op_names.texts[op_names.code[rep]]
-    ops = pd.DataFrame({
-        "op_name": rep_name,
-        "direction": np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep]],
-        "op_type": names["op_type"].to_numpy(dtype=object)[h["detail"].to_numpy()[rep]],
-        "first_start": first["start"].to_numpy(),
-        "forward_key": np.where(linked[rep] >= 0, keys[np.maximum(linked[rep], 0)], -1),
-    }, index=pd.Index(first["key"].to_numpy(), name="key")).sort_index()
-    # Two backward nodes of one forward op with the same name (AMP casts weight and bias: two
-    # ToCopyBackward0 under one linear) are told apart as DLProf writes repeats: "ToCopyBackward0[2]".
-    again = (linked[rep] >= 0) & (occurrence[rep] > 0)
-    if again.any():
-        ops.loc[first["key"].to_numpy()[again], "op_name"] = [
-            f"{n}[{k + 1}]" for n, k in zip(rep_name[again], occurrence[rep[again]], strict=True)]
-    # Eligibility is decided on the op's own marker; a linked backward op is then reported under its
-    # forward op's type (AddmmBackward0 under aten::linear is a "linear" op, eligible; the
-    # TBackward0 of the same layer is "linear" too, but not eligible: it only transposes).
-    distinct_types = pd.Series(ops["op_type"].astype(str).unique())
-    eligible = pd.Series(op_tc_eligible(distinct_types).to_numpy(), index=distinct_types.to_numpy())
-    ops["tc_eligible"] = eligible.reindex(ops["op_type"].astype(str).to_numpy()).to_numpy(dtype=bool)
-    fk = ops["forward_key"].to_numpy()
-    is_linked = fk >= 0
-    ops.loc[is_linked, "op_type"] = ops["op_type"].reindex(fk[is_linked]).to_numpy()
-    # The op's name across files: what it groups by, in text (the same op of every rank, or of two
-    # runs of one model, gets the same key), and its rank by first appearance.
-    marker = (pd.Series(h["domain"].to_numpy()[rep]).map(domains).fillna("").to_numpy(dtype=object) + ":"
-              + texts[h["name"].to_numpy()[rep]])
-    text = pd.Series(marker + "#" + occurrence[rep].astype(str).astype(object), index=first["key"].to_numpy())
-    own_rep = linked[rep] < 0
-    text[own_rep] = (np.asarray(paths, dtype=object)[h["path"].to_numpy()[rep[own_rep]]] + "|"
-                     + np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[rep[own_rep]]] + "|"
+
+def _op_key_texts(h: pd.DataFrame, linked: np.ndarray, rep: pd.Series, occurrence: np.ndarray, texts: np.ndarray,
+                  paths: list[str], domains: Mapping[int, str]) -> pd.Series:
+    """Per op (`rep`: op key -> the instance that represents it), its name across files, in text: what it
+    groups by (the same op of every rank, or of two runs of one model, gets the same text), by op key. A linked
+    backward op's text is completed with its forward op's by the caller."""
+    at = rep.to_numpy()
+    marker = (pd.Series(h["domain"].to_numpy()[at]).map(domains).fillna("").to_numpy(dtype=object) + ":"
+              + texts[h["name"].to_numpy()[at]])
+    text = pd.Series(marker + "#" + occurrence[at].astype(str).astype(object), index=rep.index.to_numpy())
+    own_rep = linked[at] < 0
+    text[own_rep] = (np.asarray(paths, dtype=object)[h["path"].to_numpy()[at[own_rep]]] + "|"
+                     + np.asarray(DIRECTIONS, dtype=object)[h["direction"].to_numpy()[at[own_rep]]] + "|"
                      + text[own_rep].to_numpy(dtype=object))
-    text = text.sort_index()
-    forward_text = text.reindex(np.maximum(fk, 0)).to_numpy(dtype=object)
-    ops["op_key"] = np.where(is_linked, forward_text + " > " + text.to_numpy(dtype=object), text.to_numpy(dtype=object))
-    ops["forward_op_key"] = np.where(is_linked, ops["op_key"].reindex(np.maximum(fk, 0)).to_numpy(dtype=object), "")
-    ops["order"] = ops["first_start"].rank(method="first").astype(np.int64).to_numpy() - 1
-    ops["op_id"] = op_ids(ops)
-    return keys, ops[["op_id", "op_name", "direction", "op_type", "tc_eligible", "first_start", "forward_key", "op_key",
-                      "forward_op_key", "order"]]
+    return text.sort_index()
 
 
 def op_ids(ops: pd.DataFrame) -> np.ndarray:
@@ -744,19 +805,7 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
              api_instance: np.ndarray) -> pd.DataFrame:
     """The §1.5 figures of each instance, and its text columns (categorical: few distinct values)."""
     n = len(h)
-    start = work["start"].to_numpy()
-    end = work["end"].to_numpy()
-    gpu = union_by_group(work_instance, start, end, n)
-    mine = work_instance >= 0
-    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    np.minimum.at(first, work_instance[mine], start[mine])
-    np.maximum.at(last, work_instance[mine], end[mine])
-    span = np.where(last >= first, last - first, 0)
-    is_kernel = (work["kind"].to_numpy() == KERNEL) & mine
-    tc = np.zeros(len(work), dtype=bool)
-    tc[is_kernel] = uses_tc(work["name_id"].to_numpy()[is_kernel])
-    duration = end - start
+    figures = _work_figures(work, work_instance, n, uses_tc)
     api_time = union_by_group(api_instance, api["start"].to_numpy(), api["end"].to_numpy(), n)
     cpu = (h["end"] - h["start"]).to_numpy()
     detail = h["detail"].to_numpy()
@@ -773,12 +822,9 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
         "input_shapes": categorical(detail, names["input_shapes"].to_numpy(dtype=object)),
         "stack": categorical(h["name"].to_numpy(), names["stack"].to_numpy(dtype=object)),
         "cpu": cpu,
-        "gpu": gpu,
-        "gpu_idle": span - gpu,
+        "gpu": figures["gpu"],
+        "gpu_idle": figures["gpu_idle"],
         "api": api_time,
         "cpu_overhead": cpu - api_time,
-        "kernels": np.bincount(work_instance[is_kernel], minlength=n),
-        "tc_kernels": np.bincount(work_instance[tc], minlength=n),
-        "kernel_time": np.bincount(work_instance[is_kernel], weights=duration[is_kernel], minlength=n).astype(np.int64),
-        "tc_kernel_time": np.bincount(work_instance[tc], weights=duration[tc], minlength=n).astype(np.int64),
+        **{c: figures[c] for c in KERNEL_COLUMNS},
     })

@@ -52,7 +52,6 @@ TRACE = 4  # DLProf/PyProf {'traceMarker': ..., 'funcStack': ...}
 MODOP = 5  # DLProf/PyProf {'mod': ..., 'op': ..., 'args': ...}
 IGNORE = 6  # other dict/JSON markers ({"model_config": ...}): no op, no group
 PASS = 7  # set per range by the op rules: defines nothing itself, but encloses ranges that do
-FRAMEWORK = (FORWARD, BACKWARD, TRACE, MODOP)
 
 FPROP, BPROP = "fprop", "bprop"
 

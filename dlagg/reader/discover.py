@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from . import schema
-from .sqlite import Database
+from .sqlite import Database, file_late_events, stated_session, trusted_session
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
 GPU_TABLES = (schema.KERNELS, schema.MEMCPY, schema.MEMSET)
@@ -101,25 +101,40 @@ class _File:
     env_ranks: tuple[int, ...]  # distinct rank numbers its environment strings name
 
 
+def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(globalPid, its device ids) of every process with GPU work, ordered by (lowest device, pid).
+
+    Only rows the reader keeps count (validate.py: integer ids and times, not ending before they
+    start, within `session` when given): a process whose every GPU row is damaged ran no GPU work the
+    reports can see, and is no rank."""
+    devices: dict[int, set[int]] = {}
+    for table in GPU_TABLES:
+        physical = db.find(table.sources)
+        columns = set(db.columns(physical)) if physical is not None else set()
+        if not {"globalPid", "deviceId"} <= columns:
+            continue
+        usable = " AND ".join(f"typeof(\"{c}\") = 'integer'" for c in ("globalPid", "deviceId", "start", "end")
+                              if c in columns)
+        if {"start", "end"} <= columns:
+            usable += ' AND "start" >= 0 AND "end" >= "start"'
+            if session is not None:
+                usable += f' AND "end" <= {session}'
+        for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE {usable}'):
+            devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
+    return tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
+
+
 def _probe(path: Path) -> _File:
     db = Database(path)
     try:
-        devices: dict[int, set[int]] = {}
-        for table in GPU_TABLES:
-            physical = db.find(table.sources)
-            if physical is None or not {"globalPid", "deviceId"} <= set(db.columns(physical)):
-                continue
-            # (only rows the reader keeps, validate.py: integer ids and times, not ending before they start;
-            # a process whose every GPU row is damaged ran no GPU work the reports can see)
-            usable = " AND ".join(f"typeof({c}) = 'integer'" for c in ('"globalPid"', '"deviceId"', '"start"', '"end"')
-                                  if c.strip('"') in db.columns(physical))
-            if {"start", "end"} <= set(db.columns(physical)):
-                usable += ' AND "start" >= 0 AND "end" >= "start"'
-            for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE {usable}'):
-                devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
-        processes = tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
+        processes = _gpu_processes(db)
+        if len(processes) > 1:  # ranks of one file: only GPU work within the session the reader trusts
+            stated = stated_session(db)
+            bound = trusted_session(stated, *file_late_events(db, stated)) if stated is not None else None
+            if bound is not None:
+                processes = _gpu_processes(db, bound)
         runtime = db.find(schema.RUNTIME.sources)
-        callers: set[int] = set(devices)
+        callers: set[int] = {pid for pid, _ in processes}
         if runtime is not None and "globalTid" in db.columns(runtime):
             callers |= {int(p) << PID_SHIFT for (p,) in db.query(
                 f'SELECT DISTINCT "globalTid" >> {PID_SHIFT} FROM "{runtime}" '

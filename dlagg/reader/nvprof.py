@@ -55,6 +55,7 @@ from .cupti import DRIVER_NAMES, RUNTIME_NAMES, api_name
 from .demangle import demangle, short_name
 from .schema import NO_ID, Column
 from .sqlite import READ_THREADS, Database, _as_numpy, _close_nvtx, _time_range, empty_frame
+from .validate import texts as utf8_texts
 
 KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
 RUNTIME_TABLE, DRIVER_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"
@@ -150,12 +151,8 @@ def _strings(db: Database) -> tuple[np.ndarray, pa.Array]:
     arrow = db.arrow(f'SELECT "_id_" AS id, "value" FROM "{STRING_TABLE}" ORDER BY "_id_"')
     ids = arrow.column("id")
     ids = ids.to_numpy().astype(np.int64, copy=False) if len(ids) else np.empty(0, np.int64)
-    values = nv.valid_utf8(arrow.column("value"))
-    if len(values) == 0:  # an empty result has no declared type in Arrow (the driver says int64)
-        values = pa.array([], type=pa.string())
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    return ids, values
+    # one string array whatever the driver typed the column as (an empty result is typed int64)
+    return ids, utf8_texts(arrow.column("value"))
 
 
 def _lookup(ids: np.ndarray, values: pa.Array, wanted: np.ndarray) -> pa.Array:

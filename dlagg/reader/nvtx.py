@@ -62,11 +62,6 @@ def cut_sql(text: str) -> str:
             f"WHEN {sizes} > 0 THEN substr({text}, 1, {sizes} + {CUT_LENGTH - 1}) ELSE {text} END")
 
 
-def valid_utf8(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """`values` as valid UTF-8 strings whatever their type (validate.texts), for the other readers."""
-    return utf8_texts(values)
-
-
 @dataclass(frozen=True)
 class Names:
     """One slice's texts split: per row a code into `names`, the seq number and the emit flag."""

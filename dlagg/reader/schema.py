@@ -49,16 +49,21 @@ def _suffixed(base: str) -> tuple[str, ...]:
 
 NO_ID = -1  # sentinel for "no string / no correlation" in integer id columns
 
+# The columns every CUPTI GPU activity table (kernel, memcpy, memset, synchronization) starts with.
+GPU_WORK = (
+    Column("start", "start", "int64"),
+    Column("end", "end", "int64"),
+    Column("deviceId", "device_id", "int64", 0),
+    Column("streamId", "stream_id", "int64", 0),
+    Column("correlationId", "correlation_id", "int64", NO_ID),
+    Column("globalPid", "global_pid", "int64", 0),
+)
+
 KERNELS = Table(
     "kernels",
     _suffixed("CUPTI_ACTIVITY_KIND_KERNEL"),
     (
-        Column("start", "start", "int64"),
-        Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int64", 0),
-        Column("streamId", "stream_id", "int64", 0),
-        Column("correlationId", "correlation_id", "int64", NO_ID),
-        Column("globalPid", "global_pid", "int64", 0),
+        *GPU_WORK,
         Column("demangledName", "name_id", "int64", NO_ID),
         Column("shortName", "short_name_id", "int64", NO_ID),
         Column("mangledName", "mangled_name_id", "int64", NO_ID),  # absent from older exports
@@ -87,12 +92,7 @@ MEMCPY = Table(
     "memcpy",
     _suffixed("CUPTI_ACTIVITY_KIND_MEMCPY"),
     (
-        Column("start", "start", "int64"),
-        Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int64", 0),
-        Column("streamId", "stream_id", "int64", 0),
-        Column("correlationId", "correlation_id", "int64", NO_ID),
-        Column("globalPid", "global_pid", "int64", 0),
+        *GPU_WORK,
         Column("bytes", "bytes", "int64", 0),
         Column("copyKind", "copy_kind", "int64", 0),
         Column("srcKind", "src_kind", "int64", NO_ID),
@@ -104,12 +104,7 @@ MEMSET = Table(
     "memset",
     _suffixed("CUPTI_ACTIVITY_KIND_MEMSET"),
     (
-        Column("start", "start", "int64"),
-        Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int64", 0),
-        Column("streamId", "stream_id", "int64", 0),
-        Column("correlationId", "correlation_id", "int64", NO_ID),
-        Column("globalPid", "global_pid", "int64", 0),
+        *GPU_WORK,
         Column("bytes", "bytes", "int64", 0),
     ),
 )
@@ -118,12 +113,7 @@ SYNC = Table(
     "sync",
     _suffixed("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
     (
-        Column("start", "start", "int64"),
-        Column("end", "end", "int64"),
-        Column("deviceId", "device_id", "int64", 0),
-        Column("streamId", "stream_id", "int64", 0),
-        Column("correlationId", "correlation_id", "int64", NO_ID),
-        Column("globalPid", "global_pid", "int64", 0),
+        *GPU_WORK,
         Column("syncType", "sync_type", "int64", NO_ID),
     ),
 )

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -214,12 +215,16 @@ class Database:
             if not limits.fits(batch * RESERVED_PER_ROW):
                 batch = min(batch, SMALL_BATCH_ROWS)
             attempts.insert(0, batch)
+        from adbc_driver_manager import Error as DriverError  # (loaded with the driver: on first use)
+
         for batch_rows in attempts:
             try:
                 return self._adbc_table(sql, batch_rows)
-            except MemoryError:
+            except MemoryError:  # (Arrow's too) the caller says how much memory the run needs
                 raise
-            except Exception:  # noqa: BLE001, S112 - any driver failure: try the next, slower path
+            # The driver refused the result: its own errors, Arrow's, and the OSError Arrow raises for a
+            # stream the driver broke off (a type mismatch mid-table, a damaged page). Try the next path.
+            except (DriverError, pa.ArrowException, OSError):
                 continue
         return self._sqlite3_table(sql, what)
 
@@ -235,7 +240,12 @@ class Database:
             raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc, again=self.again)) from None
         finally:
             conn.close()
-        return pa.table({n: _column([r[i] for r in rows]) for i, n in enumerate(names)})
+        # The module has no columnar interface: a tuple per row is its cost. Columns are taken out of the
+        # rows by map(itemgetter) (no Python code runs per row; a list per column was 30 % slower). Measured
+        # on transformer_amp_large's 851 k NVTX rows (benchmarks/bench_reader.py, method "fallback", on 2
+        # loaded cores): 6.5-7.8 s, 2x the bare fetchall() and 3-4.5x the Arrow read, for a fallback that only a
+        # column changing type mid-table, beyond what one Arrow batch can hold, ever takes.
+        return pa.table({n: _column(list(map(itemgetter(i), rows))) for i, n in enumerate(names)})
 
     def missing(self, table: Table, physical: str) -> list[str]:
         """Columns `table` requires that `physical` lacks."""
@@ -568,7 +578,11 @@ class _NvtxRead:
 
 
 # Rows to drop (domain rows, row-id gaps) up to which the NVTX columns are compacted in place by
-# block moves; beyond it, by one boolean selection per column.
+# block moves; beyond it, by one boolean selection per column. The block moves are a Python loop over
+# the runs between dropped rows (not over events), about 3 us per run and column; measured on 8.5 M rows
+# and the 8 columns (benchmarks/bench_compact.py, 2 loaded cores): 35-55 ms up to 1,000 dropped rows,
+# 90 ms at 5,000, 180-275 ms at 10,000, where the selection takes 150-250 ms whatever the count. Up to
+# here the loop is as fast as the selection or faster, and it copies no column.
 FEW_GAPS = 10_000
 
 
@@ -617,18 +631,24 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
     return ids, values
 
 
+def _strings_table(db: Database) -> str:
+    """The export's string table; an `InputError` when `db` has none, or no event table: not an nsys export."""
+    known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
+    strings_table = db.find(schema.STRING_TABLES)
+    if strings_table is None or not known:
+        raise InputError(f"{db.path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+                         "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
+                         "'nsys export --type sqlite' or 'nvprof -o'")
+    return strings_table
+
+
 def read_nsys(db: Database, process: int | None = None) -> Profile:
     """Read every table dlagg uses from the nsys export `db`, checked (validate.py): all of it, or one
     process's rows (`process`: its ``globalPid``, for files that hold several ranks). Closes `db`."""
     path = db.path
     flaws = va.Flaws(path.name)
     try:
-        known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
-        strings_table = db.find(schema.STRING_TABLES)
-        if strings_table is None or not known:
-            raise InputError(f"{path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
-                             "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
-                             "'nsys export --type sqlite' or 'nvprof -o'")
+        strings_table = _strings_table(db)
         nvtx = _NvtxRead(db, strings_table, flaws, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
         with ThreadPoolExecutor(READ_THREADS) as pool:
@@ -639,7 +659,8 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             meta_values = _key_values(db, schema.META_TABLES)
             env = {**_key_values(db, schema.SYSTEM_ENV_TABLES), **_system_info(db)}
             gpus = _gpus(db, flaws)
-            stated = _stated_session(db)
+            stated = stated_session(db)
+            whole_file = file_late_events(db, stated) if process is not None and stated is not None else None
             session_start = _session_start(db)
             results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
@@ -648,25 +669,17 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         base = int(ids[-1]) + 1 if len(ids) else 0
         frames["nvtx"], names, emit, domains = nvtx.finish(results, base)
         physical["nvtx"] = nvtx.physical
-        strings = StringTable(pd.Series(
-            pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
-            index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+        strings = _strings(ids, values, names, base)
         found = {t.name: db.find(t.sources) for t in schema.EVENT_TABLES}
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
     finally:
         db.close()
 
-    session_end = _session_bound(frames, stated, flaws)
-    frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
-    start, end = _time_range(frames)
-    frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    frames, start, end = _checked_frames(frames, physical, stated, flaws, whole_file)
     has_gpu_work = any(len(frames[name]) for name in ("kernels", "memcpy", "memset"))
     if gpus.empty and len(frames["kernels"]):  # no GPU table (some exports): the devices kernels ran on
-        devices = np.unique(frames["kernels"]["device_id"].to_numpy())
-        unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
-        gpus = pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
-                             "total_memory": unknown, "sm_count": unknown})
+        gpus = _unknown_gpus(np.unique(frames["kernels"]["device_id"].to_numpy()))
     warnings = flaws.warnings() + va.missing_table_warnings(
         path.name, {name: table for name, table in found.items() if table is not None}, has_gpu_work)
     meta = ProfileMeta(
@@ -687,10 +700,36 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
 
 
+def _strings(ids: np.ndarray, values: pa.Array, names: pa.Array, base: int) -> StringTable:
+    """The export's strings (`ids`, `values`) and the distinct NVTX names after them (ids from `base` on)."""
+    return StringTable(pd.Series(
+        pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
+        index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
+
+
+def _checked_frames(frames: dict[str, pd.DataFrame], physical: dict[str, str], stated: int | None,
+                    flaws: va.Flaws, whole_file: tuple[int, int] | None = None) -> tuple[dict[str, pd.DataFrame],
+                                                                                           int, int]:
+    """The frames without rows whose times cannot be (`_checked`), NVTX ranges left open closed at the
+    profile's end; and the profile's (start, end). `whole_file`: see `_session_bound`."""
+    session_end = _session_bound(frames, stated, flaws, whole_file)
+    frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
+    start, end = _time_range(frames)
+    frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    return frames, start, end
+
+
+def _unknown_gpus(devices: np.ndarray) -> pd.DataFrame:
+    """The GPU table of an export without one: the devices, nothing known about them."""
+    unknown = pd.array([pd.NA] * len(devices), dtype="Int64")
+    return pd.DataFrame({"device_id": devices, "name": "", "cc_major": unknown, "cc_minor": unknown,
+                         "total_memory": unknown, "sm_count": unknown})
+
+
 SESSION_TABLE = "ANALYSIS_DETAILS"
 
 
-def _stated_session(db: Database) -> int | None:
+def stated_session(db: Database) -> int | None:
     """The session's length the export states (events are timed from the session start), if sane."""
     if SESSION_TABLE not in db.tables or "duration" not in db.columns(SESSION_TABLE):
         return None
@@ -698,15 +737,43 @@ def _stated_session(db: Database) -> int | None:
     return int(value) if isinstance(value, int) and 0 < value <= va.MAX_TIME else None  # type: ignore[arg-type]
 
 
-def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: va.Flaws) -> int:
+def file_late_events(db: Database, stated: int) -> tuple[int, int]:
+    """(events, events ending after `stated`) over every event table of the whole file, by SQL: what
+    `_session_bound` decides on when one process of several is read, so that every rank of a file,
+    and the discovery of its ranks, trust the stated session length or not alike."""
+    rows = late = 0
+    for table in schema.EVENT_TABLES:
+        physical = db.find(table.sources)
+        if physical is None or not {"start", "end"} <= set(db.columns(physical)):
+            continue
+        ok = """typeof("start") = 'integer' AND (typeof("end") = 'integer' OR "end" IS NULL)"""
+        n, m = db.query(f'SELECT count(*), total("start" > {stated} OR coalesce("end" > {stated}, 0)) '
+                        f'FROM "{physical}" WHERE {ok}')[0]
+        rows, late = rows + int(n or 0), late + int(m or 0)  # type: ignore[arg-type]
+    return rows, late
+
+
+def trusted_session(stated: int | None, rows: int, late: int) -> int | None:
+    """The stated session length, unless over UNTRUSTED_DURATION_SHARE of the events end after it."""
+    if stated is None or (rows and late > va.UNTRUSTED_DURATION_SHARE * rows):
+        return None
+    return stated
+
+
+def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: va.Flaws,
+                   whole_file: tuple[int, int] | None = None) -> int:
     """The latest time an event may have: the stated session length, unless many events end after it
-    (then the statement is what is damaged), else `validate.MAX_TIME`."""
+    (then the statement is what is damaged), else `validate.MAX_TIME`. The events counted are those
+    read, or `whole_file`'s (events, late events) when only one process was read."""
     if stated is None:
         flaws.session_note = f"the export states no session length; times beyond {va.MAX_TIME:,} ns are taken as damage"
         return va.MAX_TIME
-    rows = sum(len(f) for f in frames.values())
-    late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
-               for f in frames.values())
+    if whole_file is not None:
+        rows, late = whole_file
+    else:
+        rows = sum(len(f) for f in frames.values())
+        late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
+                   for f in frames.values())
     if rows and late > va.UNTRUSTED_DURATION_SHARE * rows:
         flaws.session_note = (f"{SESSION_TABLE} states a session of {stated:,} ns but {late:,} of {rows:,} events "
                               f"end after it; the statement is ignored and times beyond {va.MAX_TIME:,} ns are damage")

@@ -38,6 +38,7 @@ import pandas as pd
 
 from .. import __version__
 from ..context import RankContext
+from ..model import share
 from ..timeline.breakdown import CLASS_LABELS, CLASSES
 from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
@@ -154,11 +155,6 @@ def system_config(ctx: RankContext) -> list[tuple[Field, object]]:
         rows.append((Field("nsys_version", "NSys Version"), profile.meta.nsys_version))
     rows.append((Field("dlagg_version", "dlagg Version"), __version__))
     return rows
-
-
-def share(part: float, whole: float) -> float:
-    """`part` as a percentage of `whole` (0 when `whole` is 0)."""
-    return 100.0 * part / whole if whole else 0.0
 
 
 KERNEL_ROWS = ("All kernels", "Kernels using TC", "Memory", "All other kernels")
@@ -454,18 +450,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     totals["distinct_kernels"] = distinct_counts(names.frame)
     sums = tuple(replace(f, merge=SUM) if f.unit == NS else f for f in KERNEL_FIELDS)
     ops = op_totals(deps["detail"].main)
-    # the ranks' notes are replaced by the job's (one warning per cause)
-    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings
-                                  if not w.startswith(PACE_NOTE) and not w.startswith("summary: no Tensor-Core")))
-    if not eligible:
-        warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
-    note = pace_note(*pace(agg)) if all(r.iterations.found for r in job.ranks) else None
-    if note:
-        warnings.append(note)
-    if len(set(counts)) > 1:
-        warnings.append("summary: ranks found different numbers of iterations ("
-                        + ", ".join(f"rank {n}: {c}" for n, c in zip(ranks, counts, strict=True))
-                        + "); Total Iterations is the smallest")
+    warnings = _job_warnings(reports, job, agg, has_eligible=eligible > 0, op_count=int(ops["op_count"].iloc[1]))
     return Report("summary", "summary", (
         key_values("system", "System Config", _job_system(reports, job)),
         key_values("summary", "Summary Report", summary),
@@ -478,6 +463,26 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
         names,
         *_job_timeline(reports, job),
     ), warnings=tuple(warnings))
+
+
+def _job_warnings(reports: Sequence[Report], job: JobFigures, agg: pd.DataFrame, *, has_eligible: bool,
+                  op_count: int) -> list[str]:
+    """The job summary's warnings: the ranks' own, but the notes the job restates once for all ranks (no
+    Tensor-Core-eligible kernel, the host's pace), and ranks that found different numbers of iterations."""
+    # the ranks' notes are replaced by the job's (one warning per cause)
+    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings
+                                  if not w.startswith(PACE_NOTE) and not w.startswith("summary: no Tensor-Core")))
+    if not has_eligible:
+        warnings.append("summary: " + no_eligible_warning(op_count))
+    note = pace_note(*pace(agg)) if all(r.iterations.found for r in job.ranks) else None
+    if note:
+        warnings.append(note)
+    counts = [r.iterations.count for r in job.ranks]
+    if len(set(counts)) > 1:
+        warnings.append("summary: ranks found different numbers of iterations ("
+                        + ", ".join(f"rank {n}: {c}" for n, c in zip(job.rank_numbers, counts, strict=True))
+                        + "); Total Iterations is the smallest")
+    return warnings
 
 
 def _job_timeline(reports: Sequence[Report], job: JobFigures) -> tuple[Table, Table]:

@@ -31,7 +31,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -256,7 +256,3 @@ def key_value_rows(rows: Sequence[tuple[str, object]]) -> str:
     """A small two-column table of run metadata (not a report table: no download)."""
     return ('<table class="meta">' + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
             + "</table>")
-
-
-def mapping_rows(values: Mapping[str, object]) -> str:
-    return key_value_rows(list(values.items()))
