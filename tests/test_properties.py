@@ -145,3 +145,45 @@ LATE_RANK_DAMAGE = [
 
 def test_a_process_whose_gpu_work_all_ends_after_the_session_is_no_rank() -> None:
     run_and_check(LATE_RANK, LATE_RANK_DAMAGE)
+
+
+# Found by the default run: a start column holding reals and text. The driver types it as text and
+# gives the reals as their decimal text ('934.5'); they are cut toward zero as in a column of reals.
+REALS_AMONG_TEXT = GeneratedExport(
+    kernels=[(934, 934, 0, 1, 10000, 100, 'volta_h884gemm_64x64_ldg8_nn'),
+     (1503, 1503, 0, 1, 10000, 101, 'volta_h884gemm_64x64_ldg8_nn'),
+     (1553, 1553, 0, 1, 10000, 100, 'volta_h884gemm_64x64_ldg8_nn')],
+    runtime=[],
+    memcpy=[(1503, 1503, 0, 1, 10000, 101, 0, 1)],
+    memset=[],
+    nvtx=[(-1, None, 75, 100, 100, None, 'Dom', 1), (814, 934, 60, 100, 101, None, 'aten::conv2d', 0),
+     (814, 1503, 59, 100, 100, None, 'train_step', 0),
+     (1503, 1553, 59, 100, 100, None, 'train_step', 0),
+     (1553, 1553, 60, 100, 101, None, 'aten::conv2d', 0),
+     (1553, 1603, 59, 100, 100, None, 'train_step', 0)],
+    osrt=[(814, 814, 100, 100, 'read')],
+    devices=(0, 1),
+    suffix={'CUPTI_ACTIVITY_KIND_KERNEL': '',
+     'CUPTI_ACTIVITY_KIND_MEMCPY': '',
+     'CUPTI_ACTIVITY_KIND_MEMSET': '',
+     'CUPTI_ACTIVITY_KIND_RUNTIME': '',
+     'NVTX_EVENTS': '',
+     'OSRT_API': '',
+     'StringIds': ''},
+    meta_table='EXPORT_META_DATA',
+    text_mode='text',
+    dropped={'CUPTI_ACTIVITY_KIND_KERNEL': (),
+     'CUPTI_ACTIVITY_KIND_MEMCPY': (),
+     'CUPTI_ACTIVITY_KIND_RUNTIME': (),
+     'NVTX_EVENTS': ()},
+    tables=frozenset({'osrt', 'memset', 'memcpy', 'nvtx'}),
+    session=0,
+)
+REALS_AMONG_TEXT_DAMAGE = [
+    Damage(kind='real', table='CUPTI_ACTIVITY_KIND_KERNEL', column='start', rows=1),
+    Damage(kind='text', table='CUPTI_ACTIVITY_KIND_KERNEL', column='start', rows=2),
+]
+
+
+def test_reals_among_text_are_cut_toward_zero() -> None:
+    run_and_check(REALS_AMONG_TEXT, REALS_AMONG_TEXT_DAMAGE)
