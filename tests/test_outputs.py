@@ -287,6 +287,38 @@ def test_a_file_size_limit_is_an_output_error_and_the_previous_set_stays(tmp_pat
     assert (snapshot(out) if out.exists() else {}) == before and (not out.exists() or strays(out) == [])
 
 
+# ---- a real full disk ---------------------------------------------------------------------------------------
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_full_disk_is_an_output_error_and_the_previous_set_stays(tmp_path: Path, references) -> None:
+    """A real tmpfs too small for the new set, mounted in a user namespace (``unshare -rm``, no root needed
+    where the kernel allows unprivileged namespaces; skipped where it does not): --force over the old set."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare, "-rm", "true"], capture_output=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no user namespaces here (unshare -rm): a small tmpfs cannot be mounted without root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    old_size, new_size = folder_bytes(references["old"]), folder_bytes(references["new"])
+    size_kb = (old_size + new_size // 2) // 1024  # the old set fits, old and new together do not
+    out = disk / "out"
+    command = " ".join(f"'{a}'" for a in dlagg_command(args_for(out, "-v", "quiet", "--force")))
+    script = (f"mount -t tmpfs -o size={size_kb}k tmpfs '{disk}' && cp -r '{references['old']}' '{out}' && "
+              f"{command}; echo \"status=$?\"; cd '{out}' && find . -type f -exec md5sum {{}} + | sort")
+    done = subprocess.run([unshare, "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert "status=1" in done.stdout, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"dlagg: error: {out}: cannot write the ") and "the disk is full" in done.stderr
+    listed = done.stdout.split("status=1", 1)[1].split()
+    after = dict(zip(listed[1::2], listed[0::2], strict=True))  # ./name -> md5 in the full tmpfs after the run
+    old = subprocess.run(f"cd '{references['old']}' && find . -type f -exec md5sum {{}} + | sort", shell=True,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert after == dict(zip(old[1::2], old[0::2], strict=True))  # the old set, whole, and nothing else
+
+
 # ---- kill -9 at random moments -----------------------------------------------------------------------------
 
 def run_trials(tmp_path: Path, references: dict[str, Path], count: int, seed: int, triggers: tuple[str, ...],
