@@ -367,8 +367,6 @@ def check_run(out: Path, expected: Expected | None = None) -> list[str]:
     if expected is None or expected.processes > 1:  # ranks: per-rank windows, not checked by SQL here
         return problems
     if "summary" in reports and expected.kernels:
-        # (an export whose every kernel was dropped gets a summary whose window and duration rows
-        # do not add up in main's multi-rank summary: a report-layer case left to the lead, issue 17)
         error = iteration_error(reports, expected.window, expected.iterations)
         if error:
             problems.append(error)

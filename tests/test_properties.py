@@ -187,3 +187,40 @@ REALS_AMONG_TEXT_DAMAGE = [
 
 def test_reals_among_text_are_cut_toward_zero() -> None:
     run_and_check(REALS_AMONG_TEXT, REALS_AMONG_TEXT_DAMAGE)
+
+
+# Found by the slow run: the damage leaves one rank of a file an empty window (its GPU rows dropped);
+# the job's duration shares average only the ranks with a window, so they still add up to 100 %.
+EMPTY_RANK = GeneratedExport(
+    kernels=[(0, 0, 0, 1, 10000, 100, 'volta_h884gemm_64x64_ldg8_nn'),
+     (0, 0, 0, 1, 10000, 100, 'volta_h884gemm_64x64_ldg8_nn'),
+     (0, 0, 0, 1, 10000, 101, 'volta_h884gemm_64x64_ldg8_nn')],
+    runtime=[],
+    memcpy=[],
+    memset=[],
+    nvtx=[(0, 50, 59, 100, 100, None, 'train_step', 0)],
+    osrt=[],
+    devices=(0,),
+    suffix={'CUPTI_ACTIVITY_KIND_KERNEL': '',
+     'CUPTI_ACTIVITY_KIND_MEMCPY': '',
+     'CUPTI_ACTIVITY_KIND_MEMSET': '',
+     'CUPTI_ACTIVITY_KIND_RUNTIME': '',
+     'NVTX_EVENTS': '',
+     'OSRT_API': '',
+     'StringIds': ''},
+    meta_table='EXPORT_META_DATA',
+    text_mode='text',
+    dropped={'CUPTI_ACTIVITY_KIND_KERNEL': (),
+     'CUPTI_ACTIVITY_KIND_MEMCPY': (),
+     'CUPTI_ACTIVITY_KIND_RUNTIME': (),
+     'NVTX_EVENTS': ()},
+    tables=frozenset({'nvtx'}),
+    session=0,
+)
+EMPTY_RANK_DAMAGE = [
+    Damage(kind='text', table='CUPTI_ACTIVITY_KIND_KERNEL', column='start', rows=2),
+]
+
+
+def test_a_rank_with_an_empty_window_has_no_shares_to_average() -> None:
+    run_and_check(EMPTY_RANK, EMPTY_RANK_DAMAGE)

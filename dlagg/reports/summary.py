@@ -424,9 +424,11 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     agg = frame[frame["aggregated"].to_numpy(dtype=bool)]
     wall = int(agg["end_ns"].max() - agg["start_ns"].min()) if len(agg) else 0
     values = [r.table("summary").values for r in reports]
+    # (a rank whose window has no length, every GPU row of it dropped as damage, has no shares to average)
+    timed = [v for v in values if v[WALL_CLOCK.key]] or values
 
     def mean(key: str) -> float:
-        return float(np.mean([v[key] for v in values]))
+        return float(np.mean([v[key] for v in timed]))
 
     eligible = sum(int(v[ELIGIBLE_KERNEL_TIME.key]) for v in values)
     eligible_tc = sum(int(v[ELIGIBLE_TC_TIME.key]) for v in values)
