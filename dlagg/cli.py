@@ -75,54 +75,24 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of processes, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 process, got {value}")
-    return value
+def _bounded(parse: Callable[[str], float], least: float, expected: str, too_small: str) -> Callable[[str], Any]:
+    """An argparse type: `parse` the text, at least `least`; the messages name what was expected."""
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'") from None
+        if not value >= least:  # (a NaN percentage is not >= 0 either)
+            raise argparse.ArgumentTypeError(f"{too_small}, got {value if parse is int else text}")
+        return value
+    return convert
 
 
-def percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got '{text}'") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a percentage of at least 0, got {text}")
-    return value
-
-
-def rank(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rank number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"ranks are numbered from 0, got {value}")
-    return value
-
-
-def iteration(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an iteration number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"iterations are numbered from 0, got {value}")
-    return value
-
-
-def seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole seconds, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {value}")
-    return value
+workers = _bounded(int, 1, "a number of processes", "expected at least 1 process")
+percent = _bounded(float, 0, "a percentage", "expected a percentage of at least 0")
+rank = _bounded(int, 0, "a rank number", "ranks are numbered from 0")
+iteration = _bounded(int, 0, "an iteration number", "iterations are numbered from 0")
+seconds = _bounded(int, 0, "whole seconds", "expected 0 or more seconds")
 
 
 def base_name(text: str) -> str:
