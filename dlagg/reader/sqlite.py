@@ -774,7 +774,7 @@ def _session_bound(frames: dict[str, pd.DataFrame], stated: int | None, flaws: v
         rows = sum(len(f) for f in frames.values())
         late = sum(int(np.count_nonzero((f["start"].to_numpy() > stated) | (f["end"].to_numpy() > stated)))
                    for f in frames.values())
-    if rows and late > va.UNTRUSTED_DURATION_SHARE * rows:
+    if trusted_session(stated, rows, late) is None:
         flaws.session_note = (f"{SESSION_TABLE} states a session of {stated:,} ns but {late:,} of {rows:,} events "
                               f"end after it; the statement is ignored and times beyond {va.MAX_TIME:,} ns are damage")
         return va.MAX_TIME

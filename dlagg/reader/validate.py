@@ -85,10 +85,7 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
     if pa.types.is_integer(kind):
         values = (pc.fill_null(array, fill) if array.null_count else array).to_numpy()
     elif pa.types.is_floating(kind):
-        real = pc.fill_null(array, float(fill)).to_numpy().astype(np.float64, copy=False)
-        with np.errstate(invalid="ignore"):
-            ok = np.isfinite(real) & (np.abs(real) < 2.0**63)
-        values = np.where(ok, np.trunc(real), fill).astype(np.int64)  # as SQLite's CAST: toward zero
+        values, ok = _cut_toward_zero(pc.fill_null(array, float(fill)).to_numpy(), fill)
         bad = ~ok
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
             or pa.types.is_large_binary(kind):
@@ -123,14 +120,21 @@ def _reals_in_text(array: pa.Array, values: np.ndarray, bad: np.ndarray) -> tupl
     real_text = bad & pc.fill_null(pc.match_substring_regex(array, _REAL_TEXT), False).to_numpy(zero_copy_only=False)
     if not real_text.any():
         return values, bad
-    real = pc.cast(pc.cast(pc.filter(array, pa.array(real_text)), pa.string()), pa.float64()).to_numpy()
-    with np.errstate(invalid="ignore"):
-        finite = np.isfinite(real) & (np.abs(real) < 2.0**63)
+    cut, finite = _cut_toward_zero(
+        pc.cast(pc.cast(pc.filter(array, pa.array(real_text)), pa.string()), pa.float64()).to_numpy(), 0)
     rows = np.flatnonzero(real_text)[finite]
     values, bad = values.copy(), bad.copy()
-    values[rows] = np.trunc(real[finite]).astype(np.int64)
+    values[rows] = cut[finite]
     bad[rows] = False
     return values, bad
+
+
+def _cut_toward_zero(real: np.ndarray, fill: int) -> tuple[np.ndarray, np.ndarray]:
+    """(`real` cut toward zero as SQLite's CAST does, `fill` where it cannot be an int64; which could)."""
+    real = real.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(real) & (np.abs(real) < 2.0**63)
+    return np.where(ok, np.trunc(real), fill).astype(np.int64), ok
 
 
 def texts(array: pa.Array | pa.ChunkedArray) -> pa.Array:
