@@ -172,23 +172,38 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def local_pool(workers: int | None, ranks: int,
+               initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
+    """The local process pool for `ranks` ranks (None when one worker is asked for, or there is one rank): its
+    workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a ``with``
+    block): `map_ranks` reduces the ranks on it, and the run then writes its outputs on it too."""
+    count = min(workers or default_workers(), ranks)
+    if count <= 1:
+        return None
+    return ProcessPoolExecutor(max_workers=count, mp_context=pool_context(), initializer=initializer)
+
+
 def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: int | None = None,
               scheduler: str | None = None, initializer: Callable[[], None] | None = None,
-              log: Log | None = None) -> list[RankFigures]:
-    """`task` for every rank of `job`, ordered by rank (see the module docstring for where it runs)."""
+              log: Log | None = None, pool: ProcessPoolExecutor | None = None) -> list[RankFigures]:
+    """`task` for every rank of `job`, ordered by rank (see the module docstring for where it runs): on
+    `pool` when one is given, else on a pool of its own (`local_pool`) or in this process."""
     log = log or Log(0)
     sources = list(job.sources)
     if scheduler:
         results = _on_dask(sources, task, scheduler, log)
+    elif pool is not None:
+        results = _on_pool(sources, task, pool, log)
     else:
-        count = min(workers or default_workers(), len(sources))
-        if count <= 1:
+        own = local_pool(workers, len(sources), initializer)
+        if own is None:
             results = []
             for source in sources:  # ranks, not events
                 results.append(task(source))
                 _done(results[-1], len(results), len(sources), log)
         else:
-            results = _on_pool(sources, task, count, initializer, log)
+            with own:
+                results = _on_pool(sources, task, own, log)
     return sorted(results, key=lambda r: r.source.rank)
 
 
@@ -199,21 +214,19 @@ def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
         log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it {figures.peak_mb:,.0f} MB")
 
 
-def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], count: int,
-             initializer: Callable[[], None] | None, log: Log) -> list[RankFigures]:
-    """A local process pool whose workers fork from a fork server with dlagg imported (dlagg/pool.py)."""
-    context = pool_context()
+def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], pool: ProcessPoolExecutor,
+             log: Log) -> list[RankFigures]:
+    """The ranks reduced on a local process pool, in the order they end."""
     results: list[RankFigures] = []
-    with ProcessPoolExecutor(max_workers=count, mp_context=context, initializer=initializer) as pool:
-        jobs = [pool.submit(task, source) for source in sources]
-        try:
-            for job in as_completed(jobs):  # ranks, not events
-                results.append(job.result())
-                _done(results[-1], len(results), len(sources), log)
-        except BaseException:
-            for job in jobs:
-                job.cancel()
-            raise
+    jobs = [pool.submit(task, source) for source in sources]
+    try:
+        for job in as_completed(jobs):  # ranks, not events
+            results.append(job.result())
+            _done(results[-1], len(results), len(sources), log)
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
     return results
 
 
@@ -258,8 +271,10 @@ def communication_needed(job: Job, names: Iterable[str]) -> bool:
     return len(job.sources) > 1 or any(REPORTS[n].scope == JOB for n in names)
 
 
-def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str]) -> tuple[JobFigures, dict[str, Report]]:
-    """The job's reports from its ranks' (see the module docstring)."""
+def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
+            on_report: Callable[[Report], None] | None = None) -> tuple[JobFigures, dict[str, Report]]:
+    """The job's reports from its ranks' (see the module docstring); `on_report` gets each as soon as it is
+    built (the run writes it while the next is merged)."""
     matched = None
     if all(r.comm is not None for r in ranks):
         matched = match_collectives([RankInput(r.source.rank, str(r.source.path), r.meta.session_start_utc, r.comm)
@@ -269,18 +284,19 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str]) -> tup
     for name in build_order(names):
         spec = REPORTS[name]
         deps = {dep: built[dep] for dep in spec.depends if dep in built}
+        parts = [r.reports[name] for r in ranks if name in r.reports]
         if spec.scope == JOB:
             built[name] = spec.build(figures, deps)  # type: ignore[arg-type]
+        elif not parts:
             continue
-        parts = [r.reports[name] for r in ranks if name in r.reports]
-        if not parts:
-            continue
-        if len(ranks) == 1:
+        elif len(ranks) == 1:
             built[name] = parts[0]
         elif len(parts) < len(ranks):  # some ranks lack the data (a rank without kernels): merge those that have it
             built[name] = MERGERS[name](parts, _subset(figures, name), deps)
         else:
             built[name] = MERGERS[name](parts, figures, deps)
+        if on_report is not None:
+            on_report(built[name])
     return figures, built
 
 

@@ -4,7 +4,9 @@ combined over ranks -> writers.
 ``run(options)`` is what the CLI calls; it is usable as a library function too. One rank (one
 export with one GPU process) is reduced in this process, and each report is written while the next
 is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
-combined by ``job.combine`` before anything is written.
+combined by ``job.combine``, and each combined report is written while the next is merged: on the
+local pool's worker processes once they have reduced the ranks (the writers are GIL-bound Python,
+so a writer thread would take its time from the merge), else on a writer thread.
 
 With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
 with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
@@ -16,14 +18,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
-from .job import combine, communication_needed, map_ranks, rank_task, reduce_rank, with_ncu_rank
+from .job import combine, communication_needed, local_pool, map_ranks, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
@@ -33,7 +36,7 @@ from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
-from .writers.staging import Staging, check_output_names
+from .writers.staging import Staging, check_output_names, write_staged
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"
@@ -220,43 +223,64 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     formats = _writers(options)
     needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
     build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
-    comm = communication_needed(job, build)
-    writes = _Writes(log, staging := _staging(options, log))
-    with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:  # the pool's writes end first
-        early: dict[str, RunInfo] = {}  # one rank: the reports written as soon as built
-        if several:
-            task = rank_task(options, build, comm, several=True)
-            ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler,
-                              initializer=worker_init, log=log)
-            with log.stage(f"combined {len(ranks)} ranks"):
-                figures, built = combine(ranks, job, build)
-        else:
-            def write_now(report: Report, rank: RankFigures) -> None:  # one rank: written as soon as built
-                early.setdefault("info", _run_info(options, JobFigures(job, (rank,), None), names))
-                if report.name in names:
-                    early[report.name] = early["info"]
-                    _submit_per_report(writes, pool, formats, report, options, early["info"])
-
-            ranks = [reduce_rank(job.sources[0], options, build, comm=comm, on_report=write_now, log=log)]
-            figures, built = combine(ranks, job, build)
+    staging = _staging(options, log)
+    with staging, ExitStack() as pools:  # the pools' writes end before the staging folder is committed or removed
+        workers = None if options.scheduler or not several else local_pool(options.workers, len(job.sources),
+                                                                              worker_init)
+        writes = _Writes(log, staging, pools.enter_context(workers or ThreadPoolExecutor(WRITE_THREADS)))
+        ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init, workers)
         info = _run_info(options, figures, names)
         for name in names:
-            if name in built and name not in early:
-                _submit_per_report(writes, pool, formats, built[name], options, info)
+            if name in built and name not in written_early:
+                _submit_per_report(writes, formats, built[name], options, info)
         comparison = None
         if baseline is not None:  # the baseline reduced and compared; its event files written
-            comparison = _compare(baseline, options, Side(figures, built), writes, pool, log, worker_init)
+            comparison = _compare(baseline, options, Side(figures, built), writes, log, worker_init)
             info = replace(info, reports=(*info.reports, COMPARE))
-            _submit_per_report(writes, pool, formats, comparison.report, options, info)
+            _submit_per_report(writes, formats, comparison.report, options, info)
         reports = [built[n] for n in names if n in built]  # in the order reports are listed in
         warnings = _warn(log, ranks, reports, comparison)
         reports += [comparison.report] if comparison else []
         if reports:
-            _submit_whole_job(writes, pool, formats, built, names, comparison, options, info)
+            _submit_whole_job(writes, formats, built, names, comparison, options, info)
         if options.per_rank and several:
-            _submit_per_rank(writes, pool, ranks, job, names, options)
+            _submit_per_rank(writes, ranks, job, names, options)
         written = writes.results(formats, names)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _reduce(job: Job, options: Options, build: list[str], names: list[str], writes: _Writes, log: Log,
+            worker_init: Callable[[], None] | None, workers: ProcessPoolExecutor | None,
+            ) -> tuple[list[RankFigures], JobFigures, dict[str, Report], set[str]]:
+    """The job's ranks reduced and combined into the reports `build`. Each report asked for (`names`) is submitted
+    for writing as soon as it is built: a one-rank job's while the rank's next report is built, a several-rank
+    job's while the next is merged (on `workers`, the local pool, once it has reduced the ranks). The ranks, the
+    job's figures and reports, and the names of the reports submitted."""
+    formats = _writers(options)
+    comm = communication_needed(job, build)
+    submitted: set[str] = set()
+
+    def write_now(report: Report, info: RunInfo) -> None:
+        if report.name in names:
+            submitted.add(report.name)
+            _submit_per_report(writes, formats, report, options, info)
+
+    if len(job.sources) > 1:
+        task = rank_task(options, build, comm, several=True)
+        ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
+                          log=log, pool=workers)
+        info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
+        with log.stage(f"combined {len(ranks)} ranks"):
+            figures, built = combine(ranks, job, build, on_report=lambda report: write_now(report, info))
+        return ranks, figures, built, submitted
+    first: dict[str, RunInfo] = {}  # the rank's run info, from the figures of its first report
+
+    def write_one(report: Report, rank: RankFigures) -> None:
+        write_now(report, first.setdefault("info", _run_info(options, JobFigures(job, (rank,), None), names)))
+
+    ranks = [reduce_rank(job.sources[0], options, build, comm=comm, on_report=write_one, log=log)]
+    figures, built = combine(ranks, job, build)
+    return ranks, figures, built, submitted
 
 
 def _warn(log: Log, ranks: list[RankFigures], reports: list[Report], comparison: Comparison | None) -> list[str]:
@@ -268,32 +292,30 @@ def _warn(log: Log, ranks: list[RankFigures], reports: list[Report], comparison:
     return warnings
 
 
-def _submit_whole_job(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], built: dict[str, Report],
-                      names: list[str], comparison: Comparison | None, options: Options, info: RunInfo) -> None:
+def _submit_whole_job(writes: _Writes, formats: list[str], built: dict[str, Report], names: list[str],
+                      comparison: Comparison | None, options: Options, info: RunInfo) -> None:
     """The formats that write all reports at once (the HTML page): the reports asked for and those the format
     needs, and the compare report."""
     for fmt in formats:
         if not WRITERS[fmt].per_report:
             given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-            writes.submit(pool, fmt, given + ([comparison.report] if comparison else []),
-                          _out_dir(options, fmt), info)
+            writes.submit([fmt], given + ([comparison.report] if comparison else []), _out_dir(options, fmt), info)
 
 
-def _submit_per_rank(writes: _Writes, pool: ThreadPoolExecutor, ranks: list[RankFigures], job: Job,
-                     names: list[str], options: Options) -> None:
+def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names: list[str],
+                     options: Options) -> None:
     """--per_rank: each rank's reports in its own folder (made in the staging folder when written)."""
+    per_report = [fmt for fmt in options.formats if WRITERS[fmt].per_report]
     for rank in ranks:  # ranks, not events
         rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
+        folder = _rank_dir(options, rank.source.rank)
+        for name in names:
+            if name in rank.reports:
+                writes.submit(per_report, [rank.reports[name]], folder, rank_info)
+        given = [rank.reports[n] for n in REPORTS if n in rank.reports]
         for fmt in options.formats:
-            if not WRITERS[fmt].per_report:  # the HTML page: all the rank's reports at once
-                given = [rank.reports[n] for n in REPORTS if n in rank.reports]
-                if given:
-                    writes.submit(pool, fmt, given, _rank_dir(options, rank.source.rank), rank_info)
-                continue
-            for name in names:
-                if name in rank.reports:
-                    writes.submit(pool, fmt, [rank.reports[name]], _rank_dir(options, rank.source.rank),
-                                  rank_info)
+            if not WRITERS[fmt].per_report and given:  # the HTML page: all the rank's reports at once
+                writes.submit([fmt], given, folder, rank_info)
 
 
 def _comparison_targets(options: Options) -> list[Path]:
@@ -308,8 +330,8 @@ def _comparison_targets(options: Options) -> list[Path]:
     return paths
 
 
-def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes,
-             pool: ThreadPoolExecutor, log: Log, worker_init: Callable[[], None] | None) -> Comparison:
+def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes, log: Log,
+             worker_init: Callable[[], None] | None) -> Comparison:
     """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
     (next to the current profile's, under the baseline's run name)."""
     reads, job = baseline
@@ -324,7 +346,7 @@ def _compare(baseline: tuple[Options, Job], options: Options, current: Side, wri
     if needed:
         given = [side.reports[n] for n in REPORTS if n in side.reports]
         info = _run_info(reads, side.figures, list(NEEDS))
-        writes.submit(pool, TENSORBOARD, given, _out_dir(options, TENSORBOARD), info)
+        writes.submit([TENSORBOARD], given, _out_dir(options, TENSORBOARD), info)
     return comparison
 
 
@@ -349,19 +371,17 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
                    iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
                    dlagg_version=__version__, reports=tuple(names), ranks=(), raw_csv=options.raw_csv)
     formats = _writers(options)
-    writes = _Writes(log, staging := _staging(options, log))
-    with staging, ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+    with (staging := _staging(options, log)), ThreadPoolExecutor(WRITE_THREADS) as pool:
+        writes = _Writes(log, staging, pool)
         for fmt in formats:
-            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+            writes.submit([fmt], [report], _out_dir(options, fmt), info)
         written = writes.results(formats, names)
     return Result(job, (), (report,), tuple(written), report.warnings)
 
 
-def _submit_per_report(writes: _Writes, pool: ThreadPoolExecutor, formats: list[str], report: Report,
-                       options: Options, info: RunInfo | None) -> None:
-    for fmt in formats:
-        if WRITERS[fmt].per_report:
-            writes.submit(pool, fmt, [report], _out_dir(options, fmt), info)
+def _submit_per_report(writes: _Writes, formats: list[str], report: Report, options: Options,
+                       info: RunInfo) -> None:
+    writes.submit([fmt for fmt in formats if WRITERS[fmt].per_report], [report], options.output_path, info)
 
 
 def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInfo:
@@ -389,37 +409,48 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
 
 
 class _Writes:
-    """Writer jobs on a thread pool, written into `staging` and moved into place together by `results`; a
-    format's time is the sum of its jobs' (they overlap others)."""
+    """Writer jobs on an executor (a writer thread, or the run's worker processes once they have reduced the
+    ranks), written into `staging` and moved into place together by `results`; a format's time is the sum of its
+    jobs' (they overlap each other and the building of the next reports). A job writes its reports in one or more
+    formats: a report goes to a worker process once, whatever the number of its formats."""
 
-    def __init__(self, log: Log, staging: Staging) -> None:
+    def __init__(self, log: Log, staging: Staging, pool: Executor) -> None:
         self.log = log
         self.staging = staging
-        self.jobs: list[tuple[str, str, Future[tuple[list[Path], float]]]] = []  # format, report, job
+        self.pool = pool
+        self.jobs: list[tuple[str, Path, Future[list[tuple[str, list[Path], float]]]]] = []  # report, folder, job
 
-    def submit(self, pool: ThreadPoolExecutor, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> None:
-        def write() -> tuple[list[Path], float]:
-            began = time.perf_counter()
-            paths = self.staging.write(fmt, reports, out_dir, info)
-            return paths, time.perf_counter() - began
-
-        self.jobs.append((fmt, reports[0].name, pool.submit(write)))
+    def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo) -> None:
+        if formats:
+            job = self.pool.submit(_write, list(formats), reports, self.staging.folder(out_dir), out_dir, info)
+            self.jobs.append((reports[0].name, out_dir, job))
 
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
         raised once every job has ended, and then nothing is moved."""
-        wait([job for _, _, job in self.jobs])
-        for _, _, job in self.jobs:
-            job.result()
+        wait([job for *_, job in self.jobs])
+        done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
+                for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
         self.staging.commit()
         release_free_memory()
-        written: list[Path] = []
         order = {name: k for k, name in enumerate(REPORTS)}
-        jobs = sorted(self.jobs, key=lambda j: order.get(j[1], len(order)))  # the compare report last
+        done.sort(key=lambda d: order.get(d[1], len(order)))  # the compare report last
+        written: list[Path] = []
         for fmt in formats:
-            done = [job.result() for f, _, job in jobs if f == fmt]
-            if any(paths for paths, _ in done):  # the image writer writes only reports with images
-                self.log.info(f"wrote {fmt} ({sum(seconds for _, seconds in done):.2f} s)")
-            for paths, _ in done:
-                written.extend(paths)
+            paths = [path for f, _, finals, _ in done if f == fmt for path in finals]
+            if paths:  # the image writer writes only reports with images
+                self.log.info(f"wrote {fmt} ({sum(seconds for f, *_, seconds in done if f == fmt):.2f} s)")
+            written.extend(paths)
         return written
+
+
+def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Path,
+           info: RunInfo) -> list[tuple[str, list[Path], float]]:
+    """One writer job (in a writer thread or a worker process): per format, the paths written in `staged` and the
+    time it took."""
+    done = []
+    for fmt in formats:
+        began = time.perf_counter()
+        paths = write_staged(fmt, reports, staged, out_dir, info)
+        done.append((fmt, paths, time.perf_counter() - began))
+    return done

@@ -1,10 +1,11 @@
 """The local process pool's start method, and starting it before the parent's own imports.
 
-Ranks are reduced on a pool whose workers fork from a *fork server* that has imported dlagg once
-(``multiprocessing``'s forkserver with ``dlagg.job`` preloaded): each worker then starts in
-milliseconds, without the parent's threads and memory. Importing dlagg takes about 0.8 s of one core;
-started from ``python -m dlagg`` before the parent's imports (``start_early``), the fork server does it
-on the other core while the parent does its own, so a run over several files does not wait for it.
+Ranks are reduced, and then the run's outputs written, on a pool whose workers fork from a *fork
+server* that has imported dlagg once (``multiprocessing``'s forkserver with ``dlagg._forkserver``
+preloaded): each worker then starts in milliseconds, without the parent's threads and memory.
+Importing dlagg takes about 0.8 s of one core; started from ``python -m dlagg`` before the parent's
+imports (``start_early``), the fork server does it on the other core while the parent does its own,
+so a run over several files does not wait for it.
 
 Standard library only: ``__main__`` imports this before numpy, pandas and pyarrow.
 """
@@ -17,7 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-PRELOAD = ["dlagg.job"]
+PRELOAD = ["dlagg._forkserver"]  # dlagg.pipeline, and a quick exit
 
 
 def pool_context() -> Any:

@@ -32,6 +32,7 @@ LAYERS = {
     "compare": 10,  # two jobs' figures compared: reduces the baseline with job
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
+    "_forkserver": 12,  # what the pool's fork server imports for its workers: the pipeline
 }
 # Parts a writer may import besides writers and reports: the bottom layer.
 WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "writers", "reports"}

@@ -287,6 +287,29 @@ def test_a_file_size_limit_is_an_output_error_and_the_previous_set_stays(tmp_pat
     assert (snapshot(out) if out.exists() else {}) == before and (not out.exists() or strays(out) == [])
 
 
+@pytest.mark.parametrize("workers", [2, 1], ids=["pool-writes", "thread-writes"])
+def test_a_file_size_limit_in_a_job_of_ranks_is_one_output_error(tmp_path: Path, multi, workers: int) -> None:
+    """A job of several ranks writes its reports on the pool's worker processes (--workers=2) or on a writer thread
+    (--workers=1): past the limit both say the same one line, and nothing is left behind."""
+    folder = multi("ddp2_gpt_per_rank")
+    given = ["--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
+    reference = tmp_path / "reference"
+    done = subprocess.run(dlagg_command([f"--nsys_database={folder}", f"--output_path={reference}", *given]),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sizes = sorted(p.stat().st_size for p in reference.glob("dlagg_*.*"))
+    out = tmp_path / "out"
+    done = subprocess.run(dlagg_command([f"--nsys_database={folder}", f"--output_path={out}", f"--workers={workers}",
+                                         *given]), capture_output=True, text=True,
+                          preexec_fn=limited(sizes[len(sizes) // 2]), timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"dlagg: error: {out}: cannot write the ") and \
+        "a file would pass the file-size limit (ulimit -f); the previous outputs are unchanged" in done.stderr, \
+        done.stderr
+    assert not out.exists() or (snapshot(out) == {} and strays(out) == [])
+
+
 # ---- a real full disk ---------------------------------------------------------------------------------------
 
 def folder_bytes(folder: Path) -> int:

@@ -183,18 +183,30 @@ class Staging:
 
     def write(self, fmt: str, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
         """``WRITERS[fmt].write(reports, out_dir, info)`` into the staging folder; the paths the files will have."""
+        return self.record(out_dir, write_staged(fmt, reports, self.folder(out_dir), out_dir, info))
+
+    def folder(self, out_dir: Path) -> Path:
+        """Where the outputs meant for the final folder `out_dir` are written (made now): for `write_staged` in
+        another process, whose paths `record` then takes."""
         area, rel = self._locate(out_dir)
         try:
             staged = self._open()[area] / FILES / rel
             staged.mkdir(parents=True, exist_ok=True)
-            paths = WRITERS[fmt].write(reports, staged, info)
         except OSError as exc:
-            raise output_error(exc, out_dir, f"the {fmt} outputs") from None
+            raise output_error(exc, out_dir, "the outputs") from None
+        return staged
+
+    def record(self, out_dir: Path, paths: Sequence[Path]) -> list[Path]:
+        """The outputs `write_staged` wrote for `out_dir` (`paths`, in ``folder(out_dir)``), to be moved by the
+        commit; the paths they will have."""
+        area, rel = self._locate(out_dir)
+        staged = self.folder(out_dir)
         finals = []
-        for path in paths:
-            inner = path.relative_to(staged)
-            self.units[(area, (rel / inner.parts[0]).as_posix())] = None
-            finals.append(out_dir / inner)
+        with self._lock:
+            for path in paths:
+                inner = path.relative_to(staged)
+                self.units[(area, (rel / inner.parts[0]).as_posix())] = None
+                finals.append(out_dir / inner)
         return finals
 
     def commit(self) -> None:
@@ -339,6 +351,15 @@ class Staging:
             elif self.event_dir is not None:
                 paths += registered.targets(self.suffixes, self.event_dir, self.profile_name)
         return [(area, (rel / p.name).as_posix()) for p in paths for area, rel in [self._locate(p.parent)]]
+
+
+def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Path, info: RunInfo) -> list[Path]:
+    """``WRITERS[fmt].write`` into `staged` (`Staging.folder(out_dir)`), in this process or a worker process; an
+    OSError is the output error that names `out_dir`."""
+    try:
+        return WRITERS[fmt].write(reports, staged, info)
+    except OSError as exc:
+        raise output_error(exc, out_dir, f"the {fmt} outputs") from None
 
 
 def finish(primary: Path) -> None:
