@@ -200,6 +200,26 @@ def test_straggler_is_the_rank_the_others_wait_for(outputs, multi) -> None:
 
 
 @pytest.mark.parametrize("name", [ONE, PER])
+def test_every_finding_of_a_job_has_its_severity(outputs, name: str) -> None:
+    """docs/expert_systems.md: high from 25 % of a typical iteration at stake, medium from 5 %, else low; the
+    typical iteration lies between the ranks' average iteration times (the ranks report)."""
+    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
+    averages = dlprof_csv.table(outputs[name] / "dlagg_ranks.csv")["Avg Iteration Time (ns)"]
+    if name == PER:  # rank 0 waits for rank 1 (fixture README): the job's own finding is there
+        assert "straggler" in set(findings["Detector"])
+
+    def rule(share: float) -> str:
+        return "high" if share >= 0.25 else "medium" if share >= 0.05 else "low"
+
+    for row in findings.itertuples(index=False):
+        stake = row[list(findings.columns).index("Time At Stake Per Iteration (ns)")]
+        if row.Detector in ("straggler", "communication"):
+            assert row.Severity in {rule(stake / averages.max()), rule(stake / averages.min())}, row
+        else:
+            assert row.Severity in {"high", "medium", "low"}, row
+
+
+@pytest.mark.parametrize("name", [ONE, PER])
 def test_no_advice_meant_for_compute_kernels_goes_to_nccl(outputs, name: str) -> None:
     findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
     for row in findings.itertuples(index=False):

@@ -23,13 +23,14 @@ collectives: one row per collective instance and rank.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from ..comm.collectives import UNCOVERED, operation
 from ..comm.match import KEY
-from ..expert.base import MEDIUM_SHARE, Finding, iteration_list, ms, pct
+from ..expert.base import MEDIUM_SHARE, Finding, iteration_list, ms, pct, severity_of
 from .base import JOB, JobFigures, Report, report
 from .figures import COUNT, NS, Field, Table
 
@@ -324,5 +325,7 @@ def communication(job: JobFigures) -> list[Finding]:
 
 
 def job_findings(job: JobFigures) -> list[Finding]:
-    """The findings only a job's ranks together show."""
-    return [*straggler(job), *communication(job)]
+    """The findings only a job's ranks together show, each with its severity from its share of a typical iteration
+    (as a rank's findings get theirs: expert.run_detectors)."""
+    typical = _typical_iteration(job)
+    return [replace(f, severity=severity_of(f, typical)) for f in (*straggler(job), *communication(job))]
