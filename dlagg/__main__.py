@@ -26,6 +26,7 @@ from typing import NoReturn
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from .limits import out_of_memory_loading  # noqa: E402 - standard library only: loaded before the memory runs out
 from .log import one_malloc_arena  # noqa: E402 - after the variables: it imports nothing of numpy or pyarrow
 from .pool import several_files, start_early  # noqa: E402 - standard library only
 
@@ -41,8 +42,6 @@ def main() -> NoReturn:
         if isinstance(exc, ImportError) and "failed to map segment" not in str(exc):
             raise
         # an address-space limit too small for the libraries themselves (a traceback otherwise)
-        from .limits import out_of_memory_loading
-
         print(f"dlagg: error: {out_of_memory_loading()}", file=sys.stderr, flush=True)
         os._exit(1)
     entry()

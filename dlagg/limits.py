@@ -18,6 +18,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None  # type: ignore[assignment]
+
 # Address space of a run, measured (benchmarks/bench_memory.py, docs/memory.md): about 300 MB
 # for the interpreter with pandas, pyarrow, the ADBC driver and TensorBoard's protobufs, plus
 # about one byte per export byte (read frames, op discovery's per-range arrays, the reports).
@@ -30,9 +35,7 @@ RESERVATION_SHARE = 4
 
 def address_space_limit() -> int | None:
     """The soft ``RLIMIT_AS`` in bytes, None when unlimited or unknown."""
-    try:
-        import resource
-    except ImportError:  # not on Windows
+    if resource is None:  # not on Windows
         return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     return None if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)
