@@ -98,7 +98,8 @@ class Section:
         return {str(k): v for k, v in self.rows}
 
 
-def _number(text: str) -> bool:
+def is_number(text: str) -> bool:
+    """Whether a CSV cell reads as a number (as float() reads it)."""
     try:
         float(text)
     except ValueError:
@@ -111,7 +112,7 @@ def _key_value(body: list[list[Cell]]) -> bool:
     bare titles, never a number and never a quoted first cell (the old key/value style); a bare
     text/text first line is a key/value line when every line is a bare key and a value."""
     first = body[0]
-    if first[0][1] or any(not quoted and text and _number(text) for text, quoted in first):
+    if first[0][1] or any(not quoted and text and is_number(text) for text, quoted in first):
         return True
     return len(first) == 2 and len(body) > 1 and all(len(r) == 2 and not r[0][1] and r[0][0] for r in body)
 

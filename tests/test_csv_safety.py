@@ -23,6 +23,7 @@ from dlagg.writers.cells import CSV, CSV_RAW, FORMULA_START, defuse
 from dlagg.writers.csv_writer import format_table
 
 from .conftest import recording
+from .dlprof_csv import is_number
 
 # NVTX range -> its new name; the kernel's short name -> its new one
 RENAMED_RANGES = {"compute": "=cmd|' /C calc'!A0", "d2h": "-d2h", "setup": "+setup", "h2d": "\th2d"}
@@ -62,14 +63,6 @@ def safe(hostile_db: Path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def raw(hostile_db: Path, tmp_path_factory) -> Path:
     return written(tmp_path_factory.mktemp("raw"), hostile_db, formats=("csv",), raw_csv=True)
-
-
-def is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def formula_like(cells: list[str]) -> set[str]:
