@@ -5,6 +5,8 @@ Contract (``pipeline.run`` is the user)::
 
     with Staging(output_path, event_dir, profile_name, force=..., events=..., suffixes=..., log=log) as staging:
         staging.write(fmt, reports, final_dir, info)   # instead of WRITERS[fmt].write; any thread; final paths back
+        # or, the writing in another process: write_staged(fmt, reports, staging.folder(final_dir), final_dir, info)
+        # there, then staging.record(final_dir, the paths it gave) here
         staging.commit()                               # once every write has ended
     # leaving the block without a commit (an error, Ctrl-C, out of memory) removes the staging folder
 
@@ -200,7 +202,7 @@ class Staging:
         """The outputs `write_staged` wrote for `out_dir` (`paths`, in ``folder(out_dir)``), to be moved by the
         commit; the paths they will have."""
         area, rel = self._locate(out_dir)
-        staged = self.folder(out_dir)
+        staged = self._open()[area] / FILES / rel  # made by folder(out_dir)
         finals = []
         with self._lock:
             for path in paths:
