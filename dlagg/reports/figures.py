@@ -193,8 +193,8 @@ RANK_FIELD = Field("rank", "Rank", merge=KEY)
 def with_rank(tables: Sequence[Table], ranks: Sequence[int]) -> Table:
     """Several ranks' tables of the same kind stacked, each row with its rank first."""
     first = tables[0]
-    frames = [t.frame.assign(rank=rank) for t, rank in zip(tables, ranks, strict=True)]
-    frame = pd.concat(frames, ignore_index=True) if frames else first.frame.assign(rank=[])
+    frame = pd.concat([t.frame for t in tables], ignore_index=True)
+    frame.insert(0, "rank", np.repeat(np.asarray(ranks, dtype=np.int64), [len(t.frame) for t in tables]))
     fields = (RANK_FIELD, *first.fields)
     return Table(first.key, first.title, fields, frame[[f.key for f in fields]], first.key_value, first.csv)
 

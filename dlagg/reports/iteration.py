@@ -95,14 +95,11 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
 @merges("iteration")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
     """Every rank's launches, rank by rank, with times on the job's clock (ranks aligned)."""
-    offsets = job.offsets
-    tables = []
-    for built, rank in zip(reports, job.rank_numbers, strict=True):  # ranks, not events
-        frame = built.main.frame
-        shift = offsets.get(rank, 0)
-        frame = frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift, api_start_ns=frame["api_start_ns"] + shift)
-        tables.append(built.main.with_frame(job.renumber_ops(frame)))
-    stacked = with_rank(tables, job.rank_numbers)
+    stacked = with_rank([r.main for r in reports], job.rank_numbers)
+    frame = stacked.frame
+    shift = np.repeat([job.offsets.get(rank, 0) for rank in job.rank_numbers], [len(r.main) for r in reports])
+    frame = job.renumber_ops(frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift,
+                                          api_start_ns=frame["api_start_ns"] + shift))
     fields = tuple(replace(f, title=f.title.replace("(ns)", "(ns, job clock)")) if f.key.endswith("start_ns") else f
                    for f in stacked.fields)
-    return Report("iteration", "iteration", (Table(stacked.key, stacked.title, fields, stacked.frame),))
+    return Report("iteration", "iteration", (Table(stacked.key, stacked.title, fields, frame),))
