@@ -20,6 +20,13 @@ round, then the median over rounds: on a shared machine the speed drifts over mi
 workers took from 6.7 to 10.6 s within 20 minutes here), so a ratio of times measured minutes apart
 would say more about the neighbours than about dlagg. The time printed per case is its fastest run.
 
+Each round also measures what the machine itself gives two processes: the same pure-Python loop (no
+I/O, no memory traffic, nothing shared) run twice one after the other, then twice at once, three times
+over, interleaved. The ratio
+is the machine's ceiling for any 2-worker speed-up in that round: a virtual machine's two cores may be
+one physical core's two hardware threads, or share a host with busy neighbours, and then no program
+gets 2x. dlagg's speed-up is printed with its share of that ceiling.
+
     python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3]
 """
 
@@ -115,6 +122,28 @@ def run(folder: Path, workers: int, out: Path) -> dict:
     return figures
 
 
+CEILING_LOOP = "def f():\n    s = 0\n    for i in range(20_000_000): s += i\nf()"  # most of a second of one core
+
+
+def ceiling(pairs: int = 3) -> float:
+    """The machine's 2-process speed-up now: one CPU loop run twice one after the other, over twice at
+    once; `pairs` of the two, interleaved, so that a slow second hits both alike."""
+    def loop() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", CEILING_LOOP])
+
+    serial = together = 0.0
+    for _ in range(pairs):
+        began = time.perf_counter()
+        for _ in range(2):
+            loop().wait()
+        serial += time.perf_counter() - began
+        began = time.perf_counter()
+        for child in [loop(), loop()]:
+            child.wait()
+        together += time.perf_counter() - began
+    return serial / together
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
@@ -124,12 +153,15 @@ def main() -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
     folders = {ranks: make_job(args.workdir, ranks) for ranks in (1, 16, 64)}
-    rounds = []
+    rounds, ceilings = [], []  # per round: the four cases' figures; the machine's ceiling
     for number in range(1, args.repeat + 1):  # rounds of the four cases, one after the other
         done = {(r, w): run(folders[r], w, args.workdir / "out") for r, w in cases}
+        ceilings.append(ceiling())
         rounds.append(done)
         print(f"round {number}: " + ", ".join(f"{r} rank{'s' if r > 1 else ''}/{w} worker{'s' if w > 1 else ''} "
-                                               f"{f['seconds']:.2f} s" for (r, w), f in done.items()), flush=True)
+                                               f"{f['seconds']:.2f} s" for (r, w), f in done.items())
+              + f", 2 workers vs 1 {done[16, 1]['seconds'] / done[16, 2]['seconds']:.2f}x; the machine's ceiling "
+              f"{ceilings[-1]:.2f}x", flush=True)
     for ranks, workers in cases:
         best = min((done[ranks, workers] for done in rounds), key=lambda f: f["seconds"])
         print(f"{ranks:>3} ranks, {workers} worker{'s' if workers > 1 else ' '}: {best['seconds']:7.2f} s (fastest)   "
@@ -138,6 +170,9 @@ def main() -> int:
     speedup = statistics.median(d[16, 1]["seconds"] / d[16, 2]["seconds"] for d in rounds)
     growth = statistics.median(d[64, 2]["seconds"] / d[16, 2]["seconds"] for d in rounds)
     parent = max(d[64, 2]["parent_kb"] for d in rounds) / 1024
+    machine = statistics.median(ceilings)
+    print(f"the machine: two CPU-bound processes at once run {machine:.2f}x as fast as one after the other, the "
+          f"median over rounds; dlagg's 2 workers get {speedup / machine:.0%} of that")
     bars = [
         (f"2 workers vs 1 at 16 ranks: {speedup:.2f}x, the median over rounds (bar: at least {MIN_SPEEDUP}x)",
          speedup >= MIN_SPEEDUP),
