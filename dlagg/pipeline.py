@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -270,7 +270,7 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)
         info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
-        with log.stage(f"combined {len(ranks)} ranks"):
+        with log.stage(f"combined {len(ranks)} ranks"), writes.one_at_a_time() if workers else nullcontext():
             figures, built = combine(ranks, job, build, on_report=lambda report: write_now(report, info))
         return ranks, figures, built, submitted
     first: dict[str, RunInfo] = {}  # the rank's run info, from the figures of its first report
@@ -412,22 +412,44 @@ class _Writes:
     """Writer jobs on an executor (a writer thread, or the run's worker processes once they have reduced the
     ranks), written into `staging` and moved into place together by `results`; a format's time is the sum of its
     jobs' (they overlap each other and the building of the next reports). A job writes its reports in one or more
-    formats: a report goes to a worker process once, whatever the number of its formats."""
+    formats: a report goes to a worker process once, whatever the number of its formats. Within `one_at_a_time`,
+    a job starts when the one before it has ended (the others wait in `pending`)."""
 
     def __init__(self, log: Log, staging: Staging, pool: Executor) -> None:
         self.log = log
         self.staging = staging
         self.pool = pool
         self.jobs: list[tuple[str, Path, Future[list[tuple[str, list[Path], float]]]]] = []  # report, folder, job
+        self.pending: list[tuple[list[str], list[Report], Path, RunInfo]] = []
+        self.serial = False
 
     def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo) -> None:
         if formats:
-            job = self.pool.submit(_write, list(formats), reports, self.staging.folder(out_dir), out_dir, info)
+            self.pending.append((list(formats), reports, out_dir, info))
+            self._start()
+
+    def _start(self) -> None:
+        """Start the pending jobs that may start now."""
+        while self.pending and not (self.serial and any(not job.done() for *_, job in self.jobs)):
+            formats, reports, out_dir, info = self.pending.pop(0)
+            job = self.pool.submit(_write, formats, reports, self.staging.folder(out_dir), out_dir, info)
             self.jobs.append((reports[0].name, out_dir, job))
+
+    @contextmanager
+    def one_at_a_time(self) -> Iterator[None]:
+        """While the parent merges the job's reports on one core, the pool writes them on one other (two at once
+        would take a core from the merge, which the last write waits for); the jobs left start when it ends."""
+        self.serial = True
+        try:
+            yield
+        finally:
+            self.serial = False
+        self._start()  # (not after a failure: nothing of the run is written then)
 
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
         raised once every job has ended, and then nothing is moved."""
+        self._start()
         wait([job for *_, job in self.jobs])
         done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
                 for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
