@@ -12,11 +12,15 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from dlagg import pipeline
 from dlagg.errors import OptionsError, OutputError
 from dlagg.log import Log
 from dlagg.options import Options
@@ -308,6 +312,43 @@ def test_a_file_size_limit_in_a_job_of_ranks_is_one_output_error(tmp_path: Path,
         "a file would pass the file-size limit (ulimit -f); the previous outputs are unchanged" in done.stderr, \
         done.stderr
     assert not out.exists() or (snapshot(out) == {} and strays(out) == [])
+
+
+def test_writes_start_one_at_a_time_while_the_reports_are_merged(tmp_path: Path, monkeypatch) -> None:
+    """While the parent merges a job's reports (``one_at_a_time``), a write job starts only once the one before it
+    has ended, so the merge keeps a core; the jobs still waiting start together when the merge ends."""
+    release = {name: threading.Event() for name in "abc"}
+    started: list[str] = []
+
+    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write: waits to be released
+        started.append(reports[0].name)
+        assert release[reports[0].name].wait(30)
+        return []
+
+    def until(condition) -> None:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert condition()
+
+    monkeypatch.setattr(pipeline, "_write", write)
+    report = {name: SimpleNamespace(name=name) for name in "abc"}
+    with ThreadPoolExecutor(3) as pool:
+        writes = pipeline._Writes(Log(0), SimpleNamespace(folder=lambda out_dir: out_dir), pool)
+        with writes.one_at_a_time():
+            writes.submit(["csv"], [report["a"]], tmp_path, None)
+            writes.submit(["csv"], [report["b"]], tmp_path, None)
+            until(lambda: started == ["a"])
+            assert [name for name, *_ in writes.jobs] == ["a"] and len(writes.pending) == 1
+            release["a"].set()
+            until(lambda: writes.jobs[0][2].done())
+            writes.submit(["csv"], [report["c"]], tmp_path, None)  # a has ended: b starts, c waits for b
+            until(lambda: started == ["a", "b"])
+            assert [name for name, *_ in writes.jobs] == ["a", "b"] and len(writes.pending) == 1
+        until(lambda: started == ["a", "b", "c"])  # the merge ended: c starts while b still runs
+        assert not writes.jobs[1][2].done() and writes.pending == []
+        release["b"].set()
+        release["c"].set()
 
 
 # ---- a real full disk ---------------------------------------------------------------------------------------
