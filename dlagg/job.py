@@ -7,7 +7,8 @@ Contract:
   function of its arguments, picklable, and returns no event table: it runs in this process, in a
   worker process or on a Dask worker alike.
 - ``map_ranks(job, task, workers, scheduler) -> list[RankFigures]`` runs the task for every rank: in
-  this process (one worker, or one rank), on a local process pool, or on a Dask distributed cluster.
+  this process (one worker, or one rank), in this process and a local process pool of the other
+  workers together, or on a Dask distributed cluster.
 - ``combine(ranks, job, names) -> dict[str, Report]`` is the small reduce: clocks aligned and
   collectives matched (``comm.match``), every report's ranks merged (its ``@merges`` function), and
   the job reports built.
@@ -22,9 +23,11 @@ reports carry its figures; combined reports take that rank's.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -174,11 +177,13 @@ def default_workers() -> int:
 
 def local_pool(workers: int | None, ranks: int,
                initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
-    """The local process pool for `ranks` ranks (None when one worker is asked for, or there is one rank): its
-    workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a ``with``
-    block): `map_ranks` reduces the ranks on it, and the run then writes its outputs on it too."""
-    count = min(workers or default_workers(), ranks)
-    if count <= 1:
+    """The local process pool for `ranks` ranks: `workers` processes reduce them (default: one per core), this
+    one among them, so the pool has one worker fewer (None when that leaves none: one worker asked for, or one
+    rank). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
+    ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
+    on it too."""
+    count = min(workers or default_workers(), ranks) - 1
+    if count < 1:
         return None
     return ProcessPoolExecutor(max_workers=count, mp_context=pool_context(), initializer=initializer)
 
@@ -207,26 +212,75 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
     return sorted(results, key=lambda r: r.source.rank)
 
 
-def _done(figures: RankFigures, done: int, total: int, log: Log) -> None:
+def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "this process") -> None:
+    """Say that a rank is reduced, and `where`: this process, a worker process or a Dask worker."""
     if total > 1:
         log.info(f"rank {figures.source.rank} ({figures.source.path.name}): {figures.iterations.count} iterations, "
                  f"reduced in {figures.seconds:.2f} s ({done}/{total})")
-        log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it {figures.peak_mb:,.0f} MB")
+        log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it ({where}) "
+                   f"{figures.peak_mb:,.0f} MB")
+
+
+def pool_size(pool: ProcessPoolExecutor) -> int:
+    """The number of worker processes of `pool` (its constructor's max_workers, which it keeps unexposed)."""
+    return int(pool._max_workers)  # type: ignore[attr-defined]
 
 
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], pool: ProcessPoolExecutor,
              log: Log) -> list[RankFigures]:
-    """The ranks reduced on a local process pool, in the order they end."""
+    """The ranks reduced by this process and the pool's workers together, in the order they end. They take ranks
+    from one queue: this process the next when it has reduced its last, and a thread per pool worker keeps the
+    worker one rank ahead (a worker waits for no hand-over) until the queue is short. This process starts at once
+    (the workers fork meanwhile), ships none of its ranks, and is warm for the merge that follows."""
+    queue = deque(sources)
+    lanes = 1 + pool_size(pool)
     results: list[RankFigures] = []
-    jobs = [pool.submit(task, source) for source in sources]
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def take(ahead: bool) -> RankSource | None:
+        with lock:
+            if failures or not queue or (ahead and len(queue) < lanes):
+                return None
+            return queue.popleft()
+
+    def done(figures: RankFigures, where: str) -> None:
+        with lock:
+            results.append(figures)
+            _done(figures, len(results), len(sources), log, where)
+
+    def fail(exc: BaseException) -> None:
+        with lock:
+            failures.append(exc)
+            queue.clear()  # the other lanes end their ranks and take no more
+
+    def worker_lane() -> None:
+        running: deque[Future[RankFigures]] = deque()
+        try:
+            while True:
+                source = take(ahead=bool(running))
+                if source is not None:
+                    running.append(pool.submit(task, source))
+                    if len(running) < 2:
+                        continue
+                if not running:
+                    return
+                done(running.popleft().result(), "a worker process")
+        except BaseException as exc:
+            fail(exc)
+
+    feeders = [threading.Thread(target=worker_lane, daemon=True) for _ in range(lanes - 1)]
+    for feeder in feeders:
+        feeder.start()
     try:
-        for job in as_completed(jobs):  # ranks, not events
-            results.append(job.result())
-            _done(results[-1], len(results), len(sources), log)
-    except BaseException:
-        for job in jobs:
-            job.cancel()
-        raise
+        while (source := take(ahead=False)) is not None:
+            done(task(source), "this process")
+    except BaseException as exc:
+        fail(exc)
+    for feeder in feeders:
+        feeder.join()
+    if failures:
+        raise failures[0]
     return results
 
 
@@ -260,7 +314,7 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
                 raise
             except Exception as exc:  # a worker's failure: say which rank
                 raise RuntimeError(f"a Dask worker failed on a rank: {type(exc).__name__}: {exc}") from exc
-            _done(results[-1], len(results), len(sources), log)
+            _done(results[-1], len(results), len(sources), log, "a Dask worker")
         return results
     finally:
         client.close()

@@ -3,10 +3,10 @@ combined over ranks -> writers.
 
 ``run(options)`` is what the CLI calls; it is usable as a library function too. One rank (one
 export with one GPU process) is reduced in this process, and each report is written while the next
-is built; several ranks are reduced by ``job.map_ranks`` (a process pool or a Dask cluster) and
-combined by ``job.combine``, and each combined report is written while the next is merged: on the
-local pool's worker processes once they have reduced the ranks (the writers are GIL-bound Python,
-so a writer thread would take its time from the merge), else on a writer thread.
+is built; several ranks are reduced by ``job.map_ranks`` (this process with a local process pool, or a
+Dask cluster) and combined by ``job.combine``, and each combined report is written while the next is
+merged: on the local pool's worker processes once they have reduced the ranks (the writers are
+GIL-bound Python, so a writer thread would take its time from the merge), else on a writer thread.
 
 With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
 with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
@@ -26,7 +26,7 @@ from pathlib import Path
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
-from .job import combine, communication_needed, local_pool, map_ranks, rank_task, reduce_rank, with_ncu_rank
+from .job import combine, communication_needed, local_pool, map_ranks, pool_size, rank_task, reduce_rank, with_ncu_rank
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
@@ -227,7 +227,8 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     with staging, ExitStack() as pools:  # the pools' writes end before the staging folder is committed or removed
         workers = None if options.scheduler or not several else local_pool(options.workers, len(job.sources),
                                                                               worker_init)
-        writes = _Writes(log, staging, pools.enter_context(workers or ThreadPoolExecutor(WRITE_THREADS)))
+        writes = _Writes(log, staging, pools.enter_context(workers or ThreadPoolExecutor(WRITE_THREADS)),
+                         pool_size(workers) if workers else None)
         ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init, workers)
         info = _run_info(options, figures, names)
         for name in names:
@@ -412,13 +413,17 @@ class _Writes:
     """Writer jobs on an executor (a writer thread, or the run's worker processes once they have reduced the
     ranks), written into `staging` and moved into place together by `results`; a format's time is the sum of its
     jobs' (they overlap each other and the building of the next reports). A job writes its reports in one or more
-    formats: a report goes to a worker process once, whatever the number of its formats. Within `one_at_a_time`,
-    a job starts when the one before it has ended (the others wait in `pending`)."""
+    formats: a report goes to a worker process once, whatever the number of its formats.
 
-    def __init__(self, log: Log, staging: Staging, pool: Executor) -> None:
+    On a process pool of `workers` processes, at most that many jobs run at once (one within `one_at_a_time`)
+    and the others wait in `pending`; `results` then writes in this process the jobs the pool has no room
+    for."""
+
+    def __init__(self, log: Log, staging: Staging, pool: Executor, workers: int | None = None) -> None:
         self.log = log
         self.staging = staging
         self.pool = pool
+        self.workers = workers  # None: a writer thread, which queues every job at once
         self.jobs: list[tuple[str, Path, Future[list[tuple[str, list[Path], float]]]]] = []  # report, folder, job
         self.pending: list[tuple[list[str], list[Report], Path, RunInfo]] = []
         self.serial = False
@@ -429,11 +434,22 @@ class _Writes:
             self._start()
 
     def _start(self) -> None:
-        """Start the pending jobs that may start now."""
-        while self.pending and not (self.serial and any(not job.done() for *_, job in self.jobs)):
+        """Start the pending jobs the pool has room for."""
+        room = 1 if self.serial else self.workers
+        while self.pending and (room is None or sum(not job.done() for *_, job in self.jobs) < room):
             formats, reports, out_dir, info = self.pending.pop(0)
             job = self.pool.submit(_write, formats, reports, self.staging.folder(out_dir), out_dir, info)
             self.jobs.append((reports[0].name, out_dir, job))
+
+    def _write_here(self) -> None:
+        """The last pending job, written in this process."""
+        formats, reports, out_dir, info = self.pending.pop()
+        job: Future[list[tuple[str, list[Path], float]]] = Future()
+        try:
+            job.set_result(_write(formats, reports, self.staging.folder(out_dir), out_dir, info))
+        except Exception as exc:  # raised by `results` with the others'
+            job.set_exception(exc)
+        self.jobs.append((reports[0].name, out_dir, job))
 
     @contextmanager
     def one_at_a_time(self) -> Iterator[None]:
@@ -448,8 +464,12 @@ class _Writes:
 
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
-        raised once every job has ended, and then nothing is moved."""
+        raised once every job has ended, and then nothing is moved. The jobs the pool has no room for are written
+        here meanwhile."""
         self._start()
+        while self.pending:
+            self._write_here()
+            self._start()
         wait([job for *_, job in self.jobs])
         done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
                 for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]

@@ -1,7 +1,7 @@
 """The local process pool's start method, and starting it before the parent's own imports.
 
-Ranks are reduced, and then the run's outputs written, on a pool whose workers fork from a *fork
-server* that has imported dlagg once (``multiprocessing``'s forkserver with ``dlagg._forkserver``
+Ranks are reduced, and then the run's outputs written, by this process and a pool whose workers
+fork from a *fork server* that has imported dlagg once (``multiprocessing``'s forkserver with ``dlagg._forkserver``
 preloaded): each worker then starts in milliseconds, without the parent's threads and memory.
 Importing dlagg takes about 0.8 s of one core; started from ``python -m dlagg`` before the parent's
 imports (``start_early``), the fork server does it on the other core while the parent does its own,

@@ -351,6 +351,34 @@ def test_writes_start_one_at_a_time_while_the_reports_are_merged(tmp_path: Path,
         release["c"].set()
 
 
+def test_a_pool_of_one_writes_one_job_at_a_time_and_this_process_writes_the_rest(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """On a pool of one worker process (2 workers: this process is the other), no more than one write job runs on
+    the pool at once; when the results are asked for, this process writes the jobs still waiting, each once."""
+    release = threading.Event()
+    written: list[tuple[str, str]] = []  # report, thread that wrote it
+
+    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write
+        written.append((reports[0].name, threading.current_thread().name))
+        if threading.current_thread() is not threading.main_thread():
+            assert release.wait(30)  # the pool's job runs until this process has written the others
+        elif len(written) == 4:
+            release.set()
+        return [("csv", [], 0.0)]
+
+    monkeypatch.setattr(pipeline, "_write", write)
+    staging = SimpleNamespace(folder=lambda out_dir: out_dir, record=lambda out_dir, paths: paths, commit=lambda: None)
+    with ThreadPoolExecutor(1) as pool:
+        writes = pipeline._Writes(Log(0), staging, pool, workers=1)
+        for name in "abcd":
+            writes.submit(["csv"], [SimpleNamespace(name=name)], tmp_path, None)
+        assert [name for name, *_ in writes.jobs] == ["a"] and len(writes.pending) == 3
+        writes.results(["csv"], list("abcd"))
+    here = threading.main_thread().name
+    assert sorted(name for name, _ in written) == list("abcd")
+    assert [name for name, thread in written if thread == here] == ["d", "c", "b"]
+
+
 # ---- a real full disk ---------------------------------------------------------------------------------------
 
 def folder_bytes(folder: Path) -> int:

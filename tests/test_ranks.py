@@ -7,15 +7,22 @@ hand-built exports, never from dlagg's output.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sqlite3
+import time
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from dlagg.cli import main
+from dlagg.job import local_pool, map_ranks
+from dlagg.log import DETAILED, Log
 from dlagg.reader.discover import discover, input_paths
 
 from . import dlprof_csv
@@ -326,3 +333,49 @@ def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: 
     assert not several_files([f"--nsys_database={tmp_path}", "--workers=1"])  # in process
     assert not several_files([f"--nsys_database={tmp_path}", "--scheduler", "tcp://h:8786"])  # Dask
     assert not several_files(["--reports=all"])
+
+
+def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "") -> SimpleNamespace:
+    """Stands for reduce_rank (picklable, for the pool's workers): a rank's figures, and which process made them;
+    raises in the process `fail_in` names (this process, or a worker process)."""
+    here = "this process" if os.getpid() == parent else "a worker process"
+    time.sleep(0.02)  # a rank takes a while: both lanes get some
+    if here == fail_in:
+        raise ValueError(f"rank {source.rank}: cannot read it")
+    return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=0.02, peak_mb=1.0,
+                           reduced_by=here)
+
+
+def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
+    """With 2 workers the pool has one worker process and this process is the other: between them every rank is
+    reduced exactly once, each where the log says, and the ranks come back in rank order."""
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite")) for rank in range(12)]
+    job = SimpleNamespace(sources=tuple(sources))
+    stream = io.StringIO()
+    with local_pool(2, len(sources)) as pool:
+        assert pool._max_workers == 1  # type: ignore[attr-defined]
+        ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, stream),
+                          pool=pool)  # type: ignore[arg-type]
+    assert [r.source.rank for r in ranks] == list(range(12))
+    by = {where: [r.source.rank for r in ranks if r.reduced_by == where]
+          for where in ("this process", "a worker process")}
+    assert by["this process"] and by["a worker process"], by
+    log = stream.getvalue()
+    for where, numbers in by.items():
+        for rank in numbers:
+            assert f"rank {rank}: peak memory of the process that reduced it ({where}) 1 MB" in log, log
+    assert log.count("reduced in 0.02 s") == 12
+
+
+@pytest.mark.parametrize("fail_in", ["this process", "a worker process"])
+def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str) -> None:
+    """A rank that fails, in this process or in the pool's worker, raises its own error once the other lane has
+    ended the rank it had; no lane takes another rank after it."""
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite")) for rank in range(40)]
+    job = SimpleNamespace(sources=tuple(sources))
+    stream = io.StringIO()
+    with local_pool(2, len(sources)) as pool:
+        with pytest.raises(ValueError, match=r"rank \d+: cannot read it"):
+            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in), log=Log(DETAILED, stream),
+                      pool=pool)  # type: ignore[arg-type]
+    assert stream.getvalue().count("reduced in") < 10  # the other lane stopped within a few ranks, not 40
