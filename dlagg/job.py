@@ -23,13 +23,12 @@ reports carry its figures; combined reports take that rank's.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from .errors import DlaggError, OptionsError
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
-from .pool import pool_context
+from .pool import pool_context, shared_map
 from .reader import load_profile
 from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
@@ -221,67 +220,18 @@ def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "t
                    f"{figures.peak_mb:,.0f} MB")
 
 
-def pool_size(pool: ProcessPoolExecutor) -> int:
-    """The number of worker processes of `pool` (its constructor's max_workers, which it keeps unexposed)."""
-    return int(pool._max_workers)  # type: ignore[attr-defined]
-
-
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], pool: ProcessPoolExecutor,
              log: Log) -> list[RankFigures]:
-    """The ranks reduced by this process and the pool's workers together, in the order they end. They take ranks
-    from one queue: this process the next when it has reduced its last, and a thread per pool worker keeps the
-    worker one rank ahead (a worker waits for no hand-over) until the queue is short. This process starts at once
-    (the workers fork meanwhile), ships none of its ranks, and is warm for the merge that follows."""
-    queue = deque(sources)
-    lanes = 1 + pool_size(pool)
-    results: list[RankFigures] = []
-    failures: list[BaseException] = []
-    lock = threading.Lock()
-
-    def take(ahead: bool) -> RankSource | None:
-        with lock:
-            if failures or not queue or (ahead and len(queue) < lanes):
-                return None
-            return queue.popleft()
+    """The ranks reduced by this process and the pool's workers together (`pool.shared_map`): this process is
+    warm for the merge that follows."""
+    ended = 0
 
     def done(figures: RankFigures, where: str) -> None:
-        with lock:
-            results.append(figures)
-            _done(figures, len(results), len(sources), log, where)
+        nonlocal ended
+        ended += 1
+        _done(figures, ended, len(sources), log, where)
 
-    def fail(exc: BaseException) -> None:
-        with lock:
-            failures.append(exc)
-            queue.clear()  # the other lanes end their ranks and take no more
-
-    def worker_lane() -> None:
-        running: deque[Future[RankFigures]] = deque()
-        try:
-            while True:
-                source = take(ahead=bool(running))
-                if source is not None:
-                    running.append(pool.submit(task, source))
-                    if len(running) < 2:
-                        continue
-                if not running:
-                    return
-                done(running.popleft().result(), "a worker process")
-        except BaseException as exc:
-            fail(exc)
-
-    feeders = [threading.Thread(target=worker_lane, daemon=True) for _ in range(lanes - 1)]
-    for feeder in feeders:
-        feeder.start()
-    try:
-        while (source := take(ahead=False)) is not None:
-            done(task(source), "this process")
-    except BaseException as exc:
-        fail(exc)
-    for feeder in feeders:
-        feeder.join()
-    if failures:
-        raise failures[0]
-    return results
+    return shared_map(sources, task, pool, done)
 
 
 def dask_client(address: str) -> Any:
@@ -316,6 +266,16 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
                 raise RuntimeError(f"a Dask worker failed on a rank: {type(exc).__name__}: {exc}") from exc
             _done(results[-1], len(results), len(sources), log, "a Dask worker")
         return results
+    finally:
+        client.close()
+
+
+def probe_on_dask(address: str, probe: Callable[[Path], Any], files: list[Path]) -> list[Any]:
+    """`probe` of every file on the Dask cluster at `address` (reader.discover's `probe_all`), in their order:
+    at a thousand ranks, opening every file in this process would take minutes before any rank starts."""
+    client = dask_client(address)
+    try:
+        return list(client.gather(client.map(probe, files, pure=False)))
     finally:
         client.close()
 

@@ -21,15 +21,27 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
-from .job import combine, communication_needed, local_pool, map_ranks, pool_size, rank_task, reduce_rank, with_ncu_rank
+from .job import (
+    combine,
+    communication_needed,
+    local_pool,
+    map_ranks,
+    probe_on_dask,
+    rank_task,
+    reduce_rank,
+    with_ncu_rank,
+)
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
+from .pool import pool_size, shared_map
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import REPORTS, Report
@@ -194,16 +206,40 @@ def _staging(options: Options, log: Log) -> Staging:
                    suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
 
 
-def _discover(given: Path | str) -> Job:
-    """The ranks of the exports given (--nsys_database), each file checked first."""
+def _checked_inputs(given: Path | str) -> list[Path]:
+    """The exports given (--nsys_database), each checked."""
     paths = input_paths(given)
     for path in paths:
         check_input(path)
-    return discover(paths)
+    return paths
+
+
+def _pool(options: Options, count: int, worker_init: Callable[[], None] | None,
+          pools: ExitStack) -> ProcessPoolExecutor | None:
+    """The local process pool for `count` files or ranks, owned by `pools` (None: one, or Dask)."""
+    if options.scheduler or count < 2:
+        return None
+    pool = local_pool(options.workers, count, worker_init)
+    return pools.enter_context(pool) if pool is not None else None
+
+
+def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None,
+               ) -> Callable[[Callable[[Path], Any], list[Path]], list[Any]] | None:
+    """Where several files are probed for their ranks (reader.discover's `probe_all`): on the Dask cluster, or
+    by this process and the local pool together (None: one after the other in this process)."""
+    if options.scheduler and files > 1:
+        return partial(probe_on_dask, options.scheduler)
+    if workers is not None:
+        return lambda probe, paths: shared_map(paths, probe, workers)
+    return None
 
 
 def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
-    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings)."""
+    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings).
+
+    Several files are probed for their ranks where the ranks will be reduced: on the Dask cluster, or on the local
+    pool (this process and its workers), which then reduces the ranks and writes the reports; a file holding
+    several ranks gets its pool once probed."""
     log = log or Log(options.level)
     options = replace(options, formats=file_formats(options.formats))
     _check_formats(options.formats)
@@ -212,41 +248,44 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
-    job = _discover(options.nsys_database)
-    options = with_ncu_rank(options, job)
-    several = len(job.sources) > 1
-    if several or job.files > 1:
-        log.info(f"found {job.describe()}")
-    names = resolve_reports(options.reports, several, _inputs(options))
-    if names or baseline:
-        _prepare_output(options, names, job, _comparison_targets(options))
-    formats = _writers(options)
-    needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
-    build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
-    staging = _staging(options, log)
-    with staging, ExitStack() as pools:  # the pools' writes end before the staging folder is committed or removed
-        workers = None if options.scheduler or not several else local_pool(options.workers, len(job.sources),
-                                                                              worker_init)
-        writes = _Writes(log, staging, pools.enter_context(workers or ThreadPoolExecutor(WRITE_THREADS)),
-                         pool_size(workers) if workers else None)
-        ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init, workers)
-        info = _run_info(options, figures, names)
-        for name in names:
-            if name in built and name not in written_early:
-                _submit_per_report(writes, formats, built[name], options, info)
-        comparison = None
-        if baseline is not None:  # the baseline reduced and compared; its event files written
-            comparison = _compare(baseline, options, Side(figures, built), writes, log, worker_init)
-            info = replace(info, reports=(*info.reports, COMPARE))
-            _submit_per_report(writes, formats, comparison.report, options, info)
-        reports = [built[n] for n in names if n in built]  # in the order reports are listed in
-        warnings = _warn(log, ranks, reports, comparison)
-        reports += [comparison.report] if comparison else []
-        if reports:
-            _submit_whole_job(writes, formats, built, names, comparison, options, info)
-        if options.per_rank and several:
-            _submit_per_rank(writes, ranks, job, names, options)
-        written = writes.results(formats, names)
+    with ExitStack() as pools:  # they end after the staging folder, once the writes on them have (_Writes)
+        paths = _checked_inputs(options.nsys_database)
+        workers = _pool(options, len(paths), worker_init, pools)
+        job = discover(paths, _probe_all(options, len(paths), workers))
+        options = with_ncu_rank(options, job)
+        several = len(job.sources) > 1
+        if several or job.files > 1:
+            log.info(f"found {job.describe()}")
+        names = resolve_reports(options.reports, several, _inputs(options))
+        if names or baseline:
+            _prepare_output(options, names, job, _comparison_targets(options))
+        formats = _writers(options)
+        needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
+        build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
+        if workers is None and several:  # one file holding several ranks
+            workers = _pool(options, len(job.sources), worker_init, pools)
+        executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
+        staging = _staging(options, log)
+        with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:
+            ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init,
+                                                           workers)
+            info = _run_info(options, figures, names)
+            for name in names:
+                if name in built and name not in written_early:
+                    _submit_per_report(writes, formats, built[name], options, info)
+            comparison = None
+            if baseline is not None:  # the baseline reduced and compared; its event files written
+                comparison = _compare(baseline, options, Side(figures, built), writes, log, worker_init)
+                info = replace(info, reports=(*info.reports, COMPARE))
+                _submit_per_report(writes, formats, comparison.report, options, info)
+            reports = [built[n] for n in names if n in built]  # in the order reports are listed in
+            warnings = _warn(log, ranks, reports, comparison)
+            reports += [comparison.report] if comparison else []
+            if reports:
+                _submit_whole_job(writes, formats, built, names, comparison, options, info)
+            if options.per_rank and several:
+                _submit_per_rank(writes, ranks, job, names, options)
+            written = writes.results(formats, names)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
 
 
@@ -450,6 +489,17 @@ class _Writes:
         except Exception as exc:  # raised by `results` with the others'
             job.set_exception(exc)
         self.jobs.append((reports[0].name, out_dir, job))
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Every job has ended (or, not yet started, is cancelled) before the staging folder is committed or
+        removed: after a failure the jobs still running write into a folder that is about to go."""
+        self.pending.clear()
+        for *_, job in self.jobs:
+            job.cancel()
+        wait([job for *_, job in self.jobs])
 
     @contextmanager
     def one_at_a_time(self) -> Iterator[None]:

@@ -7,6 +7,9 @@ Importing dlagg takes about 0.8 s of one core; started from ``python -m dlagg`` 
 imports (``start_early``), the fork server does it on the other core while the parent does its own,
 so a run over several files does not wait for it.
 
+``shared_map`` shares a list of work (files to probe, ranks to reduce) between this process and the
+pool's workers: this process is one of the ``--workers`` (the pool has one process fewer).
+
 Standard library only: ``__main__`` imports this before numpy, pandas and pyarrow.
 """
 
@@ -15,8 +18,14 @@ from __future__ import annotations
 import glob
 import multiprocessing
 import os
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 PRELOAD = ["dlagg._forkserver"]  # dlagg.pipeline, and a quick exit
 
@@ -36,6 +45,77 @@ def start_early() -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+def pool_size(pool: Executor) -> int:
+    """The number of workers of `pool` (its constructor's max_workers, which it keeps unexposed)."""
+    return int(pool._max_workers)  # type: ignore[attr-defined]
+
+
+def shared_map(items: Sequence[T], task: Callable[[T], R], pool: Executor,
+               done: Callable[[R, str], None] | None = None) -> list[R]:
+    """`task` of every item, run by this process and the pool's workers together; the results in the items'
+    order, and each given to `done` as it ends, with where it ran ("this process" or "a worker process").
+
+    One queue: this process takes the next item when it has ended its last; a thread per pool worker keeps
+    the worker one item ahead until the queue is short. This process starts at once (while the workers start)
+    and ships none of its results. A failure stops the queue, and the first is raised once the others end.
+    """
+    queue = deque(enumerate(items))
+    lanes = 1 + pool_size(pool)
+    results: list[Any] = [None] * len(items)
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def take(ahead: bool) -> tuple[int, T] | None:
+        with lock:
+            if failures or not queue or (ahead and len(queue) < lanes):
+                return None
+            return queue.popleft()
+
+    def end(index: int, result: R, where: str) -> None:
+        with lock:
+            results[index] = result
+            (done or _ignore)(result, where)
+
+    def fail(exc: BaseException) -> None:
+        with lock:
+            failures.append(exc)
+            queue.clear()
+
+    def worker_lane() -> None:
+        running: deque[tuple[int, Future[R]]] = deque()
+        try:
+            while True:
+                taken = take(ahead=bool(running))
+                if taken is not None:
+                    running.append((taken[0], pool.submit(task, taken[1])))
+                    if len(running) < 2:
+                        continue
+                if not running:
+                    return
+                index, job = running.popleft()
+                end(index, job.result(), "a worker process")
+        except BaseException as exc:
+            fail(exc)
+
+    feeders = [threading.Thread(target=worker_lane, daemon=True) for _ in range(lanes - 1)]
+    for feeder in feeders:
+        feeder.start()
+    try:
+        while (taken := take(ahead=False)) is not None:
+            end(taken[0], task(taken[1]), "this process")
+    except BaseException as exc:
+        fail(exc)
+    for feeder in feeders:
+        feeder.join()
+    if failures:
+        raise failures[0]
+    return results
+
+
+def _ignore(*_: object) -> None:
+    pass
 
 
 def _value(argv: Sequence[str], option: str) -> str | None:

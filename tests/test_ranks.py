@@ -23,6 +23,7 @@ import pytest
 from dlagg.cli import main
 from dlagg.job import local_pool, map_ranks
 from dlagg.log import DETAILED, Log
+from dlagg.pool import shared_map
 from dlagg.reader.discover import discover, input_paths
 
 from . import dlprof_csv
@@ -319,6 +320,24 @@ def test_inputs_as_comma_list_glob_and_folder(tmp_path, capsys) -> None:
         assert [s.path.name for s in job.sources] == ["rank2.sqlite", "rank10.sqlite"]  # numbers as numbers
     code, err = run(capsys, f"--nsys_database={folder / 'nothing*.sqlite'}", "--reports=summary", "-b")
     assert code == 1 and err.count("\n") == 1 and "no file matches" in err
+
+
+def test_files_probed_on_the_pool_give_the_same_job(multi, tmp_path) -> None:
+    """Several files are probed by this process and the pool together: the same ranks, numbers and processes as
+    probing them one after the other (the two ranks' files, the one-session file with its two processes, and a
+    hand-built two-process export), and SQL on the files agrees on the processes and devices."""
+    paths = [*databases(multi(PER)), *databases(multi(ONE)), two_process_export(tmp_path / "two.sqlite")]
+    alone = discover(paths)
+    with local_pool(2, len(paths)) as pool:
+        shared = discover(paths, lambda probe, files: shared_map(files, probe, pool))
+    assert shared == alone
+    expected = []
+    for path in paths:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            expected += db.execute("SELECT globalPid >> 24 & 16777215, MIN(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                                   "GROUP BY globalPid ORDER BY MIN(deviceId), globalPid").fetchall()
+    assert sorted((s.pid, s.devices[0]) for s in shared.sources) == sorted(expected)
+    assert len(shared.sources) == 6 and [s.rank for s in shared.sources] == list(range(6))
 
 
 def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: Path) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from . import schema
@@ -162,9 +163,13 @@ def _env_ranks(db: Database) -> tuple[int, ...]:
     return ()
 
 
-def discover(paths: Sequence[Path]) -> Job:
-    """The ranks in `paths` (see the module docstring), numbered."""
-    files = [_probe(Path(p)) for p in sorted(paths, key=_natural)]
+def discover(paths: Sequence[Path], probe_all: Callable[[Callable[[Path], Any], list[Path]], list[Any]] | None = None,
+             ) -> Job:
+    """The ranks in `paths` (see the module docstring), numbered. `probe_all(probe, paths)` probes every file and
+    gives the results in the order of `paths` (default: one after the other here; the pipeline shares them
+    with its process pool, `pool.shared_map`)."""
+    ordered = [Path(p) for p in sorted(paths, key=_natural)]
+    files: list[_File] = probe_all(_probe, ordered) if probe_all is not None else [_probe(p) for p in ordered]
     sources: list[tuple[Path, int | None, int, tuple[int, ...], str]] = []
     for f in files:
         if len(f.processes) <= 1:  # the whole file is one rank, as a single-GPU run always was
