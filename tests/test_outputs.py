@@ -379,6 +379,32 @@ def test_a_pool_of_one_writes_one_job_at_a_time_and_this_process_writes_the_rest
     assert [name for name, thread in written if thread == here] == ["d", "c", "b"]
 
 
+
+def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: Path, monkeypatch) -> None:
+    """A run that fails while a write job runs leaves the ``with`` of its writes only once that job has ended (the
+    staging folder is removed next); the jobs not yet started never start."""
+    started: list[str] = []
+    ended: list[str] = []
+
+    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write: a slow job
+        started.append(reports[0].name)
+        time.sleep(0.3)
+        ended.append(reports[0].name)
+        return []
+
+    monkeypatch.setattr(pipeline, "_write", write)
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(RuntimeError, match="the merge failed"):
+            with pipeline._Writes(Log(0), SimpleNamespace(folder=lambda out_dir: out_dir), pool, workers=1) as writes:
+                for name in "ab":
+                    writes.submit(["csv"], [SimpleNamespace(name=name)], tmp_path, None)
+                deadline = time.monotonic() + 30
+                while not started and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                raise RuntimeError("the merge failed")
+        assert ended == ["a"]  # ended before the with was left
+    assert started == ["a"]
+
 # ---- a real full disk ---------------------------------------------------------------------------------------
 
 def folder_bytes(folder: Path) -> int:
