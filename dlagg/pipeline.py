@@ -23,7 +23,6 @@ from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
@@ -43,7 +42,7 @@ from .model import Iterations
 from .options import Options
 from .pool import pool_size, shared_map
 from .reader import check_input
-from .reader.discover import Job, discover, input_paths
+from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.roofline import build_alone
@@ -217,14 +216,13 @@ def _checked_inputs(given: Path | str) -> list[Path]:
 def _pool(options: Options, count: int, worker_init: Callable[[], None] | None,
           pools: ExitStack) -> ProcessPoolExecutor | None:
     """The local process pool for `count` files or ranks, owned by `pools` (None: one, or Dask)."""
-    if options.scheduler or count < 2:
+    if options.scheduler:
         return None
     pool = local_pool(options.workers, count, worker_init)
     return pools.enter_context(pool) if pool is not None else None
 
 
-def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None,
-               ) -> Callable[[Callable[[Path], Any], list[Path]], list[Any]] | None:
+def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None) -> ProbeAll | None:
     """Where several files are probed for their ranks (reader.discover's `probe_all`): on the Dask cluster, or
     by this process and the local pool together (None: one after the other in this process)."""
     if options.scheduler and files > 1:

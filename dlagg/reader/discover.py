@@ -27,6 +27,8 @@ from ..errors import InputError
 from . import schema
 from .sqlite import Database, file_late_events, stated_session, trusted_session
 
+# probe_all(probe, paths): probe(path) of every path, in their order (see `discover`)
+ProbeAll = Callable[[Callable[[Path], Any], list[Path]], list[Any]]
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
 GPU_TABLES = (schema.KERNELS, schema.MEMCPY, schema.MEMSET)
 # The OS process id inside a globalPid (reference §2.3).
@@ -163,8 +165,7 @@ def _env_ranks(db: Database) -> tuple[int, ...]:
     return ()
 
 
-def discover(paths: Sequence[Path], probe_all: Callable[[Callable[[Path], Any], list[Path]], list[Any]] | None = None,
-             ) -> Job:
+def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
     """The ranks in `paths` (see the module docstring), numbered. `probe_all(probe, paths)` probes every file and
     gives the results in the order of `paths` (default: one after the other here; the pipeline shares them
     with its process pool, `pool.shared_map`)."""
