@@ -92,71 +92,73 @@ def aggregated_collectives(job: JobFigures) -> pd.DataFrame:
         return pd.DataFrame(columns=[*KEY, "rank", "nvtx", "start", "end", "duration", "wait", "lateness", "last",
                                      "matched"])
     table = job.matched.collectives
-    keep = np.zeros(len(table), dtype=bool)
-    for r in job.ranks:  # ranks, not events
-        mine = table["rank"].to_numpy() == r.source.rank
-        keep |= mine & r.iterations.in_selection(table["iteration"].to_numpy())
-    return table[keep]
+    ranks = np.asarray(job.rank_numbers, dtype=np.int64)  # ordered by rank
+    first = np.asarray([r.iterations.start for r in job.ranks], dtype=np.int64)
+    last = np.asarray([r.iterations.stop for r in job.ranks], dtype=np.int64)
+    rank = table["rank"].to_numpy()
+    at = np.minimum(np.searchsorted(ranks, rank), len(ranks) - 1)
+    iteration = table["iteration"].to_numpy()
+    return table[(ranks[at] == rank) & (iteration >= first[at]) & (iteration <= last[at])]
+
+
+def _rank_iterations(job: JobFigures) -> pd.DataFrame:
+    """Every rank's per-iteration figures (``RankComm.iterations``) stacked, each row with its rank first."""
+    parts = [(r.source.rank, r.comm.iterations) for r in job.ranks if r.comm is not None]
+    columns = ["iteration", "duration", "compute", "comm", "exposed", "idle"]
+    frame = pd.DataFrame({c: np.concatenate([p[c].to_numpy() for _, p in parts]) if parts else np.zeros(0)
+                          for c in columns})
+    frame.insert(0, "rank", np.repeat(np.asarray([n for n, _ in parts], dtype=np.int64),
+                                      [len(p) for _, p in parts]))
+    return frame
 
 
 def rank_table(job: JobFigures) -> pd.DataFrame:
     colls = aggregated_collectives(job)
-    rows = []
-    residual = job.matched.residual if job.matched else {}
-    for r in job.ranks:  # ranks, not events
-        rank = r.source.rank
-        its = r.iterations
-        n = its.stop - its.start + 1
-        per = r.comm.iterations if r.comm is not None else pd.DataFrame()
-        mine = colls[colls["rank"].to_numpy() == rank]
-        mean = per.mean() if len(per) else pd.Series(dtype=np.float64)
-
-        rows.append({
-            "rank": rank,
-            "file": r.source.path.name,
-            "pid": r.source.pid,
-            "gpu": ",".join(str(d) for d in r.source.devices),
-            "iterations": its.count,
-            "iteration_time_ns": float(mean.get("duration", np.nan)),
-            "compute_kernel_ns": float(mean.get("compute", np.nan)),
-            "comm_kernel_ns": float(mean.get("comm", np.nan)),
-            "comm_wait_ns": float(mine["wait"].sum()) / n,
-            "exposed_comm_ns": float(mean.get("exposed", np.nan)),
-            "gpu_idle_ns": float(mean.get("idle", np.nan)),
-            "launch_lateness_ns": float(mine["lateness"].sum()) / n,
-            "clock_offset_ns": int(job.offsets.get(rank, 0)),
-            "clock_residual_ns": float(residual.get(rank, 0.0)),
-            "collectives": int(len(mine)),
-            "arrived_last": int(mine["last"].sum()),
-            "host": r.source.host,
-        })
-    return pd.DataFrame(rows, columns=[f.key for f in RANK_FIELDS])
+    ranks = job.rank_numbers
+    means = _rank_iterations(job).groupby("rank").mean().reindex(ranks)
+    sums = colls.groupby("rank")[["wait", "lateness", "last"]].sum().reindex(ranks, fill_value=0)
+    counts = colls.groupby("rank").size().reindex(ranks, fill_value=0)
+    n = np.asarray([r.iterations.stop - r.iterations.start + 1 for r in job.ranks], dtype=np.float64)
+    offsets, residual = job.offsets, job.matched.residual if job.matched else {}
+    return pd.DataFrame({
+        "rank": ranks,
+        "file": [r.source.path.name for r in job.ranks],
+        "pid": [r.source.pid for r in job.ranks],
+        "gpu": [",".join(str(d) for d in r.source.devices) for r in job.ranks],
+        "iterations": [r.iterations.count for r in job.ranks],
+        "iteration_time_ns": means["duration"].to_numpy(dtype=np.float64),
+        "compute_kernel_ns": means["compute"].to_numpy(dtype=np.float64),
+        "comm_kernel_ns": means["comm"].to_numpy(dtype=np.float64),
+        "comm_wait_ns": sums["wait"].to_numpy(dtype=np.float64) / n,
+        "exposed_comm_ns": means["exposed"].to_numpy(dtype=np.float64),
+        "gpu_idle_ns": means["idle"].to_numpy(dtype=np.float64),
+        "launch_lateness_ns": sums["lateness"].to_numpy(dtype=np.float64) / n,
+        "clock_offset_ns": [int(offsets.get(rank, 0)) for rank in ranks],
+        "clock_residual_ns": [float(residual.get(rank, 0.0)) for rank in ranks],
+        "collectives": counts.to_numpy(dtype=np.int64),
+        "arrived_last": sums["last"].to_numpy(dtype=np.int64),
+        "host": [r.source.host for r in job.ranks],
+    }, columns=[f.key for f in RANK_FIELDS])
 
 
 def iteration_table(job: JobFigures) -> pd.DataFrame:
     """The ranks report's figures per rank and aggregated iteration (for charts)."""
-    colls = aggregated_collectives(job)
-    per_rank = colls.groupby(["rank", "iteration"])[["wait", "lateness"]].sum()
-    frames = []
-    for r in job.ranks:  # ranks, not events
-        if r.comm is None:
-            continue
-        per = r.comm.iterations
-        sums = per_rank.reindex(pd.MultiIndex.from_arrays([np.full(len(per), r.source.rank), per["iteration"]]))
-        frames.append(pd.DataFrame({
-            "rank": r.source.rank,
-            "iteration": per["iteration"].to_numpy(),
-            "duration_ns": per["duration"].to_numpy(),
-            "compute_kernel_ns": per["compute"].to_numpy(),
-            "comm_kernel_ns": per["comm"].to_numpy(),
-            "comm_wait_ns": sums["wait"].fillna(0).to_numpy(dtype=np.int64),
-            "exposed_comm_ns": per["exposed"].to_numpy(),
-            "gpu_idle_ns": per["idle"].to_numpy(),
-            "launch_lateness_ns": sums["lateness"].fillna(0).to_numpy(dtype=np.int64),
-        }))
-    if not frames:
+    if not any(r.comm is not None for r in job.ranks):
         return pd.DataFrame({f.key: pd.Series(dtype=np.int64) for f in ITERATION_FIELDS})
-    return pd.concat(frames, ignore_index=True)[[f.key for f in ITERATION_FIELDS]]
+    per = _rank_iterations(job)
+    sums = (aggregated_collectives(job).groupby(["rank", "iteration"])[["wait", "lateness"]].sum()
+            .reindex(pd.MultiIndex.from_arrays([per["rank"].to_numpy(), per["iteration"].to_numpy()])))
+    return pd.DataFrame({
+        "rank": per["rank"].to_numpy(),
+        "iteration": per["iteration"].to_numpy(),
+        "duration_ns": per["duration"].to_numpy(),
+        "compute_kernel_ns": per["compute"].to_numpy(),
+        "comm_kernel_ns": per["comm"].to_numpy(),
+        "comm_wait_ns": sums["wait"].fillna(0).to_numpy(dtype=np.int64),
+        "exposed_comm_ns": per["exposed"].to_numpy(),
+        "gpu_idle_ns": per["idle"].to_numpy(),
+        "launch_lateness_ns": sums["lateness"].fillna(0).to_numpy(dtype=np.int64),
+    })[[f.key for f in ITERATION_FIELDS]]
 
 
 @report("ranks", scope=JOB, only_with_ranks=True)
@@ -264,17 +266,24 @@ def straggler(job: JobFigures) -> list[Finding]:
 
 def _where_it_loses(job: JobFigures, rank: int) -> tuple[str, str]:
     """(evidence, advice) naming the key node's sub-range where `rank` spends most more than the others."""
-    parts = {r.source.rank: r.comm.parts.groupby("part")["time"].mean() for r in job.ranks
-             if r.comm is not None and len(r.comm.parts)}
-    if rank not in parts or len(parts) < 2:
+    ranks = [r for r in job.ranks if r.comm is not None and len(r.comm.parts)]
+    stacked = pd.DataFrame({
+        "rank": np.repeat(np.asarray([r.source.rank for r in ranks], dtype=np.int64),
+                          [len(r.comm.parts) for r in ranks]),  # type: ignore[union-attr]
+        "part": np.concatenate([r.comm.parts["part"].to_numpy(dtype=object) for r in ranks]) if ranks else [],
+        "time": np.concatenate([r.comm.parts["time"].to_numpy() for r in ranks]) if ranks else [],
+    })
+    mean = stacked.groupby(["part", "rank"])["time"].mean().unstack("rank")  # sub-range x rank
+    if rank not in mean.columns or mean.shape[1] < 2:
         return ("its step has no NVTX sub-ranges to compare with the other ranks'",
                 "add NVTX ranges for the phases of the step (data, forward, backward, optimizer) to see where.")
-    others = pd.concat([p for k, p in parts.items() if k != rank], axis=1).median(axis=1)
-    excess = (parts[rank] - others.reindex(parts[rank].index).fillna(0.0)).sort_values(ascending=False)
+    mine = mean[rank].dropna()
+    others = mean.drop(columns=rank).median(axis=1).reindex(mine.index).fillna(0.0)
+    excess = (mine - others).sort_values(ascending=False)
     part, extra = str(excess.index[0]), float(excess.iloc[0])
     label = "time inside the key range outside every sub-range" if part == UNCOVERED else f"sub-range '{part}'"
-    detail = ", ".join(f"{'outside sub-ranges' if k == UNCOVERED else k} {ms(parts[rank][k])} vs "
-                       f"{ms(float(others.get(k, 0.0)))}" for k in excess.index[:3])
+    detail = ", ".join(f"{'outside sub-ranges' if k == UNCOVERED else k} {ms(mine[k])} vs {ms(others[k])}"
+                       for k in excess.index[:3])
     return (f"per iteration it spends most more than the other ranks in {label}: {ms(extra)} more (this rank vs "
             f"the others' median: {detail})",
             f"its {label} takes {ms(extra)} longer per iteration than on the other ranks; start there.")
