@@ -16,10 +16,12 @@ with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -45,8 +47,10 @@ from .reader import check_input
 from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
+from .reports.figures import Table
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
+from .writers.base import atomic_write
 from .writers.staging import Staging, check_output_names, write_staged
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
@@ -56,6 +60,12 @@ IMAGES = "png"
 ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
+# Rows of a big table formatted by one job when the pool writes it in parts (_Writes): 16 of the writers' chunks,
+# about 6 MB of the iteration report's CSV; tables of up to twice this many rows are written whole.
+PART_ROWS = 1 << 16
+
+_Outcome = list[tuple[str, list[Path], float]]  # a writer job's: per format, the paths written and the time taken
+_Job = tuple[str, Path, Callable[..., _Outcome], tuple]  # a waiting writer job: report, folder, task, arguments
 
 
 @dataclass(frozen=True)
@@ -308,7 +318,7 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)
         info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
-        with log.stage(f"combined {len(ranks)} ranks"), writes.one_at_a_time() if workers else nullcontext():
+        with log.stage(f"combined {len(ranks)} ranks"):
             figures, built = combine(ranks, job, build, on_report=lambda report: write_now(report, info))
         return ranks, figures, built, submitted
     first: dict[str, RunInfo] = {}  # the rank's run info, from the figures of its first report
@@ -447,77 +457,153 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
 
 
 class _Writes:
-    """Writer jobs on an executor (a writer thread, or the run's worker processes once they have reduced the
-    ranks), written into `staging` and moved into place together by `results`; a format's time is the sum of its
-    jobs' (they overlap each other and the building of the next reports). A job writes its reports in one or more
-    formats: a report goes to a worker process once, whatever the number of its formats.
+    """Writer jobs, written into `staging` and moved into place together by `results`; a format's time is the sum
+    of its jobs' (they overlap each other and the building of the next reports). A job writes its reports in one
+    or more formats: a report goes to a worker process once, whatever the number of its formats.
 
-    On a process pool of `workers` processes, at most that many jobs run at once (one within `one_at_a_time`)
-    and the others wait in `pending`; `results` then writes in this process the jobs the pool has no room
-    for."""
+    On a writer thread (`workers` None) every job is queued at once. On the run's process pool of `workers`
+    processes, a lane (a thread here) per pool process takes the next waiting job as soon as its last has ended,
+    so the pool writes while this process merges the next reports; `results` then takes jobs too, from the same
+    queue. There, a table of more than 2 x PART_ROWS rows (the iteration report of many ranks) is written in
+    parts: each part's rows are formatted by a job of their own into a file of the staging folder, and `results`
+    joins the parts into the report's file (the writers' ``rows`` and ``write(..., rows=)``), so that every
+    process formats a share of a big file instead of one formatting it while the others wait."""
 
     def __init__(self, log: Log, staging: Staging, pool: Executor, workers: int | None = None) -> None:
         self.log = log
         self.staging = staging
         self.pool = pool
-        self.workers = workers  # None: a writer thread, which queues every job at once
-        self.jobs: list[tuple[str, Path, Future[list[tuple[str, list[Path], float]]]]] = []  # report, folder, job
-        self.pending: list[tuple[list[str], list[Report], Path, RunInfo]] = []
-        self.serial = False
+        self.jobs: list[tuple[str, Path, Future[_Outcome]]] = []  # report, folder, job
+        self.pending: deque[_Job] = deque()
+        self.joins: list[tuple[str, Report, Path, RunInfo, str, list[Path]]] = []  # fmt, report, folder, info, parts
+        self.parts_done: set[Path] = set()
+        self.ready = threading.Condition()  # guards the above; notified when a job is queued or ends
+        self.closed = False
+        self.lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(workers or 0)]
 
     def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo) -> None:
+        formats = [fmt for fmt in formats if not self._in_parts(fmt, reports, out_dir, info)]
         if formats:
-            self.pending.append((list(formats), reports, out_dir, info))
-            self._start()
+            self._queue(reports[0].name, out_dir, _write, (formats, reports, self.staging.folder(out_dir), out_dir,
+                                                           info))
 
-    def _start(self) -> None:
-        """Start the pending jobs the pool has room for."""
-        room = 1 if self.serial else self.workers
-        while self.pending and (room is None or sum(not job.done() for *_, job in self.jobs) < room):
-            formats, reports, out_dir, info = self.pending.pop(0)
-            job = self.pool.submit(_write, formats, reports, self.staging.folder(out_dir), out_dir, info)
-            self.jobs.append((reports[0].name, out_dir, job))
+    def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> bool:
+        """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued."""
+        writer = WRITERS[fmt]
+        if not self.lanes or len(reports) != 1 or not hasattr(writer, "rows"):
+            return False
+        report = reports[0]
+        table = max(report.tables, key=len, default=None)
+        if table is None or len(table) <= 2 * PART_ROWS or not writer.writes_rows(table):
+            return False
+        folder = self.staging.folder(out_dir)
+        parts = []
+        for first in range(0, len(table), PART_ROWS):
+            part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
+            stop = min(first + PART_ROWS, len(table))
+            rows = table.with_frame(table.frame.iloc[first:stop])
+            self._queue(report.name, out_dir, _write_rows, (fmt, rows, stop == len(table), part, info))
+            parts.append(part)
+        self.joins.append((fmt, report, out_dir, info, table.key, parts))
+        return True
 
-    def _write_here(self) -> None:
-        """The last pending job, written in this process."""
-        formats, reports, out_dir, info = self.pending.pop()
-        job: Future[list[tuple[str, list[Path], float]]] = Future()
+    def _queue(self, name: str, out_dir: Path, task: Callable[..., _Outcome], args: tuple) -> None:
+        if not self.lanes:
+            self.jobs.append((name, out_dir, self.pool.submit(task, *args)))
+            return
+        with self.ready:
+            self.pending.append((name, out_dir, task, args))
+            self.ready.notify()
+
+    def _take(self) -> _Job | None:
+        """A lane's next job: the next waiting one, once there is one; None when the writes are closed."""
+        with self.ready:
+            while not self.pending and not self.closed:
+                self.ready.wait()
+            return self.pending.popleft() if self.pending else None
+
+    def _lane(self) -> None:
+        """A pool process's lane: its jobs one after the other, each started when the last has ended."""
+        while (taken := self._take()) is not None:
+            name, out_dir, task, args = taken
+            try:
+                job = self.pool.submit(task, *args)
+            except Exception as exc:  # a broken pool: raised by `results`
+                job = Future()
+                job.set_exception(exc)
+            with self.ready:
+                self.jobs.append((name, out_dir, job))
+            self._ended(task, args, job.exception() is None)  # (waits for it; its failure is raised by `results`)
+
+    def _ended(self, task: Callable[..., object], args: tuple, ok: bool) -> None:
+        """A job has ended: a part is ready to join; a failure stops the writes."""
+        with self.ready:
+            if ok and task is _write_rows:
+                self.parts_done.add(args[3])
+            self.ready.notify_all()
+        if not ok:
+            self._stop()
+
+    def _stop(self) -> None:
+        """No job starts any more (a failure, or the end): the lanes end with their running job."""
+        with self.ready:
+            self.pending.clear()
+            self.closed = True
+            self.ready.notify_all()
+
+    def _done_here(self, name: str, out_dir: Path, task: Callable[..., _Outcome], args: tuple) -> None:
+        """A job run in this process, kept with the pool's (its failure too, raised by `results`)."""
+        job: Future[_Outcome] = Future()
         try:
-            job.set_result(_write(formats, reports, self.staging.folder(out_dir), out_dir, info))
-        except Exception as exc:  # raised by `results` with the others'
+            job.set_result(task(*args))
+        except Exception as exc:
             job.set_exception(exc)
-        self.jobs.append((reports[0].name, out_dir, job))
+        with self.ready:
+            self.jobs.append((name, out_dir, job))
+        self._ended(task, args, job.exception() is None)
+
+    def _next(self) -> _Job | None:
+        """This process's next job in `results`: the join of a report whose parts have all been written, else the
+        next waiting job, else (while lanes write parts) the next join once ready; None when none is left or a job
+        has failed."""
+        with self.ready:
+            while not self.closed:
+                for fmt, report, out_dir, info, key, parts in self.joins:
+                    if self.parts_done.issuperset(parts):
+                        self.joins.remove((fmt, report, out_dir, info, key, parts))
+                        return report.name, out_dir, _join, (fmt, report, self.staging.folder(out_dir), out_dir,
+                                                             info, key, parts)
+                if self.pending:
+                    return self.pending.popleft()
+                if not self.joins:
+                    return None
+                self.ready.wait()
+            return None
 
     def __enter__(self) -> _Writes:
+        for lane in self.lanes:
+            lane.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         """Every job has ended (or, not yet started, is cancelled) before the staging folder is committed or
         removed: after a failure the jobs still running write into a folder that is about to go."""
-        self.pending.clear()
+        self._stop()
+        for lane in self.lanes:
+            lane.join()
         for *_, job in self.jobs:
             job.cancel()
         wait([job for *_, job in self.jobs])
 
-    @contextmanager
-    def one_at_a_time(self) -> Iterator[None]:
-        """While the parent merges the job's reports on one core, the pool writes them on one other (two at once
-        would take a core from the merge, which the last write waits for); the jobs left start when it ends."""
-        self.serial = True
-        try:
-            yield
-        finally:
-            self.serial = False
-        self._start()  # (not after a failure: nothing of the run is written then)
-
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
-        raised once every job has ended, and then nothing is moved. The jobs the pool has no room for are written
-        here meanwhile."""
-        self._start()
-        while self.pending:
-            self._write_here()
-            self._start()
+        raised once every job has ended, and then nothing is moved. This process takes the waiting jobs too
+        (one queue with the lanes), and joins each report written in parts as soon as its parts are."""
+        while (taken := self._next()) is not None:
+            self._done_here(*taken)
+        self._stop()
+        for lane in self.lanes:
+            lane.join()
         wait([job for *_, job in self.jobs])
         done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
                 for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
@@ -534,13 +620,31 @@ class _Writes:
         return written
 
 
-def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Path,
-           info: RunInfo) -> list[tuple[str, list[Path], float]]:
+def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Path, info: RunInfo,
+           rows: dict[str, list[Path]] | None = None) -> _Outcome:
     """One writer job (in a writer thread or a worker process): per format, the paths written in `staged` and the
-    time it took."""
+    time it took. `rows`: a table's rows are in these files (``_write_rows``'s parts, in order)."""
     done = []
     for fmt in formats:
         began = time.perf_counter()
-        paths = write_staged(fmt, reports, staged, out_dir, info)
+        paths = write_staged(fmt, reports, staged, out_dir, info, rows)
         done.append((fmt, paths, time.perf_counter() - began))
     return done
+
+
+def _join(fmt: str, report: Report, staged: Path, out_dir: Path, info: RunInfo, key: str,
+          parts: list[Path]) -> _Outcome:
+    """A report written in parts: its file, with table `key`'s rows from the `parts` (which then go)."""
+    done = _write([fmt], [report], staged, out_dir, info, {key: parts})
+    for part in parts:
+        part.unlink()
+    return done
+
+
+def _write_rows(fmt: str, table: Table, last: bool, path: Path, info: RunInfo) -> _Outcome:
+    """One part of a big table (some of its rows, `last`: the table's last ones) formatted by the writer of `fmt`
+    into `path`, a file of the staging folder that the report's write then joins; its time (it writes no output
+    of its own)."""
+    began = time.perf_counter()
+    atomic_write(path, WRITERS[fmt].rows(table, info, last))
+    return [(fmt, [], time.perf_counter() - began)]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,11 +121,11 @@ def test_a_run_that_fails_half_way_leaves_the_previous_set(tmp_path: Path, refer
     real = json_writer.report_chunks
     calls = []
 
-    def fails_on_the_third(report, info):
+    def fails_on_the_third(report, info, rows=None):
         calls.append(report.name)
         if len(calls) == 3:
             raise error
-        return real(report, info)
+        return real(report, info, rows)
 
     monkeypatch.setattr(json_writer, "report_chunks", fails_on_the_third)
     with pytest.raises(type(error)):
@@ -314,70 +315,70 @@ def test_a_file_size_limit_in_a_job_of_ranks_is_one_output_error(tmp_path: Path,
     assert not out.exists() or (snapshot(out) == {} and strays(out) == [])
 
 
-def test_writes_start_one_at_a_time_while_the_reports_are_merged(tmp_path: Path, monkeypatch) -> None:
-    """While the parent merges a job's reports (``one_at_a_time``), a write job starts only once the one before it
-    has ended, so the merge keeps a core; the jobs still waiting start together when the merge ends."""
+def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert condition()
+
+
+STAGED_HERE = SimpleNamespace(folder=lambda out_dir: out_dir, record=lambda out_dir, paths: paths, commit=lambda: None)
+
+
+def test_the_pool_writes_while_the_reports_are_merged_one_job_after_another(tmp_path: Path, monkeypatch) -> None:
+    """On a pool of one worker process, a lane starts each write job as soon as the one before it has ended, while
+    this process goes on merging (it never calls into the writes meanwhile); no two jobs run on the pool at once."""
     release = {name: threading.Event() for name in "abc"}
     started: list[str] = []
 
     def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write: waits to be released
         started.append(reports[0].name)
         assert release[reports[0].name].wait(30)
-        return []
-
-    def until(condition) -> None:
-        deadline = time.monotonic() + 30
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert condition()
-
-    monkeypatch.setattr(pipeline, "_write", write)
-    report = {name: SimpleNamespace(name=name) for name in "abc"}
-    with ThreadPoolExecutor(3) as pool:
-        writes = pipeline._Writes(Log(0), SimpleNamespace(folder=lambda out_dir: out_dir), pool)
-        with writes.one_at_a_time():
-            writes.submit(["csv"], [report["a"]], tmp_path, None)
-            writes.submit(["csv"], [report["b"]], tmp_path, None)
-            until(lambda: started == ["a"])
-            assert [name for name, *_ in writes.jobs] == ["a"] and len(writes.pending) == 1
-            release["a"].set()
-            until(lambda: writes.jobs[0][2].done())
-            writes.submit(["csv"], [report["c"]], tmp_path, None)  # a has ended: b starts, c waits for b
-            until(lambda: started == ["a", "b"])
-            assert [name for name, *_ in writes.jobs] == ["a", "b"] and len(writes.pending) == 1
-        until(lambda: started == ["a", "b", "c"])  # the merge ended: c starts while b still runs
-        assert not writes.jobs[1][2].done() and writes.pending == []
-        release["b"].set()
-        release["c"].set()
-
-
-def test_a_pool_of_one_writes_one_job_at_a_time_and_this_process_writes_the_rest(tmp_path: Path,
-                                                                                 monkeypatch) -> None:
-    """On a pool of one worker process (2 workers: this process is the other), no more than one write job runs on
-    the pool at once; when the results are asked for, this process writes the jobs still waiting, each once."""
-    release = threading.Event()
-    written: list[tuple[str, str]] = []  # report, thread that wrote it
-
-    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write
-        written.append((reports[0].name, threading.current_thread().name))
-        if threading.current_thread() is not threading.main_thread():
-            assert release.wait(30)  # the pool's job runs until this process has written the others
-        elif len(written) == 4:
-            release.set()
         return [("csv", [], 0.0)]
 
     monkeypatch.setattr(pipeline, "_write", write)
-    staging = SimpleNamespace(folder=lambda out_dir: out_dir, record=lambda out_dir, paths: paths, commit=lambda: None)
-    with ThreadPoolExecutor(1) as pool:
-        writes = pipeline._Writes(Log(0), staging, pool, workers=1)
+    with ThreadPoolExecutor(3) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+        for name in "abc":
+            writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
+        until(lambda: started == ["a"])
+        time.sleep(0.05)
+        assert started == ["a"]  # the pool has one process: b waits for a
+        release["a"].set()
+        until(lambda: started == ["a", "b"])  # started by the lane, not by a call of this process
+        release["b"].set()
+        until(lambda: started == ["a", "b", "c"])
+        release["c"].set()
+        writes.results(["csv"], list("abc"))
+    assert started == ["a", "b", "c"]
+
+
+def test_this_process_and_the_pool_share_the_waiting_jobs(tmp_path: Path, monkeypatch) -> None:
+    """When the results are asked for, this process takes the waiting jobs too, from the lanes' queue: each job is
+    written once, and the pool's worker goes on taking jobs while this process writes one (it never waits for
+    this process)."""
+    written: list[tuple[str, str]] = []  # report, thread that wrote it
+    a_may_end = threading.Event()
+
+    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write
+        name = reports[0].name
+        written.append((name, threading.current_thread().name))
+        if name == "a":  # on the pool, until this process has taken b
+            assert a_may_end.wait(30)
+        if name == "b":  # in this process: the pool ends a and takes c meanwhile
+            a_may_end.set()
+            until(lambda: ("c", pool_thread) in written)
+        return [("csv", [], 0.0)]
+
+    monkeypatch.setattr(pipeline, "_write", write)
+    with ThreadPoolExecutor(1) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+        pool_thread = pool.submit(lambda: threading.current_thread().name).result()
         for name in "abcd":
-            writes.submit(["csv"], [SimpleNamespace(name=name)], tmp_path, None)
-        assert [name for name, *_ in writes.jobs] == ["a"] and len(writes.pending) == 3
+            writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
+        until(lambda: [name for name, _ in written] == ["a"])
         writes.results(["csv"], list("abcd"))
     here = threading.main_thread().name
     assert sorted(name for name, _ in written) == list("abcd")
-    assert [name for name, thread in written if thread == here] == ["d", "c", "b"]
-
+    assert dict(written)["a"] == pool_thread and dict(written)["b"] == here and dict(written)["c"] == pool_thread
 
 
 def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: Path, monkeypatch) -> None:
@@ -395,9 +396,9 @@ def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: 
     monkeypatch.setattr(pipeline, "_write", write)
     with ThreadPoolExecutor(1) as pool:
         with pytest.raises(RuntimeError, match="the merge failed"):
-            with pipeline._Writes(Log(0), SimpleNamespace(folder=lambda out_dir: out_dir), pool, workers=1) as writes:
+            with pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
                 for name in "ab":
-                    writes.submit(["csv"], [SimpleNamespace(name=name)], tmp_path, None)
+                    writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
                 deadline = time.monotonic() + 30
                 while not started and time.monotonic() < deadline:
                     time.sleep(0.005)

@@ -262,6 +262,30 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
 
+def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_path, monkeypatch) -> None:
+    """With parts of 1,024 rows, the iteration report's 14,000-odd rows (and the summary's timeline) are formatted
+    in parts by this process and the pool and joined: every file is the bytes --workers=1 writes whole."""
+    from dlagg import pipeline
+
+    joined: list[tuple[str, str, int]] = []
+    join = pipeline._join
+
+    def counted(fmt, report, staged, out_dir, info, key, parts):
+        joined.append((report.name, fmt, len(parts)))
+        return join(fmt, report, staged, out_dir, info, key, parts)
+
+    monkeypatch.setattr(pipeline, "PART_ROWS", 1024)
+    monkeypatch.setattr(pipeline, "_join", counted)
+    args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
+    assert main([*args, "--workers=2", f"--output_path={tmp_path / 'parts'}"]) == 0
+    rows = len(pd.read_csv(tmp_path / "parts" / "dlagg_iteration.csv", skiprows=1))
+    assert ("iteration", "csv", -(-rows // 1024)) in joined and ("iteration", "json", -(-rows // 1024)) in joined
+    monkeypatch.setattr(pipeline, "PART_ROWS", 1 << 30)
+    assert main([*args, "--workers=1", f"--output_path={tmp_path / 'whole'}"]) == 0
+    expected = {p.name: p.read_bytes() for p in (tmp_path / "whole").iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()} == expected
+
+
 # --- hand-built jobs ---------------------------------------------------------------------------------
 
 def two_process_export(path: Path, steps: tuple[int, int] = (3, 3)) -> Path:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from ..reports.base import Report
 
@@ -93,20 +94,40 @@ def usual_permissions(path: Path, mode: int) -> None:
     os.chmod(path, mode & ~UMASK)
 
 
-def atomic_write(path: Path, content: str | bytes | Iterable[str | bytes | memoryview]) -> None:
+def atomic_write(path: Path, content: str | bytes | Iterable[str | bytes | memoryview | Path]) -> None:
     """Write `content` (text, bytes, or pieces of either, in order) to `path` via a temporary file
     in the same folder and an atomic rename. Pieces let big reports stream out without one huge
-    string in memory; text is written as UTF-8."""
+    string in memory; text is written as UTF-8; a Path piece is that file's content, copied by the
+    kernel where it can (the parts of a table formatted by several processes)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             for piece in [content] if isinstance(content, (str, bytes)) else content:
-                handle.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
+                if isinstance(piece, Path):
+                    handle.flush()
+                    _append_file(piece, handle)
+                    handle.seek(0, os.SEEK_END)  # the buffered writer's position, where the kernel left the file
+                else:
+                    handle.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
         usual_permissions(Path(tmp), 0o666)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _append_file(source: Path, handle: BinaryIO) -> None:
+    """`source`'s bytes written at `handle`'s end (its buffer flushed): in the kernel (copy_file_range), else
+    through a buffer."""
+    with source.open("rb") as src:
+        if hasattr(os, "copy_file_range"):
+            try:
+                while os.copy_file_range(src.fileno(), handle.fileno(), 1 << 30):
+                    pass
+                return
+            except OSError:  # not on this file system: copy what is left the usual way
+                pass
+        shutil.copyfileobj(src, handle, 1 << 22)
 
 
 def report_path(out_dir: Path, profile_name: str, file_suffix: str, extension: str) -> Path:

@@ -12,7 +12,7 @@ left out. Formatting is column-wise (``cells.py``), never per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ..reports.base import Report
@@ -31,8 +31,10 @@ def _header_cell(text: str, style: Style = CSV) -> str:
     return style.value(text, quote=False)
 
 
-def table_chunks(table: Table, style: Style = CSV) -> Iterator[str | memoryview]:
-    """The table's text in pieces of at most CHUNK_ROWS rows (title and header first); `style` CSV or CSV_RAW."""
+def table_chunks(table: Table, style: Style = CSV,
+                 rows: Sequence[Path] | None = None) -> Iterator[str | memoryview | Path]:
+    """The table's text in pieces of at most CHUNK_ROWS rows (title and header first); `style` CSV or CSV_RAW.
+    With `rows`, the text of the rows is those files' (``row_chunks`` of parts of the table, in order)."""
     fields = table.csv_fields()
     if table.key_value:
         values = table.values
@@ -43,7 +45,16 @@ def table_chunks(table: Table, style: Style = CSV) -> Iterator[str | memoryview]
     yield _header_cell(table.title, style) + "\n" + ",".join(_header_cell(f.title, style) for f in fields) + "\n"
     if not fields:
         return
-    cells = Cells(table.frame, fields, style)
+    if rows is not None:
+        yield from rows
+    else:
+        yield from row_chunks(table, style)
+
+
+def row_chunks(table: Table, style: Style = CSV, last: bool = True) -> Iterator[memoryview]:
+    """The text of the table's rows alone, CHUNK_ROWS at a time (`last` is for the JSON writer's signature: CSV
+    rows need no separator between parts)."""
+    cells = Cells(table.frame, table.csv_fields(), style)
     for first in range(0, len(table), CHUNK_ROWS):
         yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))
 
@@ -52,12 +63,13 @@ def format_table(table: Table, style: Style = CSV) -> str:
     return "".join(p if isinstance(p, str) else bytes(p).decode("utf-8") for p in table_chunks(table, style))
 
 
-def report_chunks(report: Report, style: Style = CSV) -> Iterator[str | memoryview]:
-    """A report's CSV: its CSV tables separated by blank lines."""
+def report_chunks(report: Report, style: Style = CSV,
+                  rows: Mapping[str, Sequence[Path]] | None = None) -> Iterator[str | memoryview | Path]:
+    """A report's CSV: its CSV tables separated by blank lines; `rows` (table key -> files) as in `table_chunks`."""
     for k, table in enumerate(t for t in report.tables if t.csv):
         if k:
             yield "\n"
-        yield from table_chunks(table, style)
+        yield from table_chunks(table, style, (rows or {}).get(table.key))
 
 
 @writer("csv")
@@ -71,10 +83,17 @@ class CsvWriter:
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "csv") for suffix in file_suffixes]
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "csv")
-            atomic_write(path, report_chunks(report, csv_style(info.raw_csv)))
+            atomic_write(path, report_chunks(report, csv_style(info.raw_csv), rows))
             written.append(path)
         return written
+
+    def writes_rows(self, table: Table) -> bool:
+        return table.csv and not table.key_value and bool(table.csv_fields())
+
+    def rows(self, table: Table, info: RunInfo, last: bool) -> Iterator[memoryview]:
+        return row_chunks(table, csv_style(info.raw_csv), last)

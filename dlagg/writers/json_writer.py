@@ -15,7 +15,7 @@ Cells are formatted column by column (``cells.py``), never row by row.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -44,24 +44,33 @@ def _type(column: pd.Series) -> str:
     return "string" if kind in ("string", "empty") else "mixed"
 
 
-def table_chunks(table: Table) -> Iterator[str | memoryview]:
-    """The table's JSON object in pieces: head, then rows CHUNK_ROWS at a time."""
+def table_chunks(table: Table, rows: Sequence[Path] | None = None) -> Iterator[str | memoryview | Path]:
+    """The table's JSON object in pieces: head, then rows CHUNK_ROWS at a time. With `rows`, the text of the rows
+    is those files' (``row_chunks`` of parts of the table, in order, the last with ``last=True``)."""
     fields = [{"key": f.key, "title": f.title, "unit": f.unit or None, "digits": f.digits, "csv": f.csv,
                "type": _type(table.frame[f.key])} for f in table.fields]
     head = json.dumps({"key": table.key, "title": table.title, "key_value": table.key_value, "csv": table.csv,
                        "fields": fields})
     yield head[:-1] + ', "rows": ['
     if table.fields:
-        cells = Cells(table.frame, table.fields, JSON)
-        for first in range(0, len(table), CHUNK_ROWS):
-            if first:
-                yield ","
-            yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))[:-1]  # the last row's comma
+        yield from rows if rows is not None else row_chunks(table)
     yield "]}"
 
 
-def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
-    """The report's JSON document in pieces (see the module docstring for its layout)."""
+def row_chunks(table: Table, last: bool = True) -> Iterator[memoryview]:
+    """The JSON rows of the table, CHUNK_ROWS at a time, each followed by a comma but the table's last one
+    (`last`: this table's rows end the report's table; False for a part of it that others follow)."""
+    cells = Cells(table.frame, table.fields, JSON)
+    for first in range(0, len(table), CHUNK_ROWS):
+        stop = min(first + CHUNK_ROWS, len(table))
+        text = memoryview(cells.lines(first, stop))
+        yield text[:-1] if last and stop == len(table) else text  # the last row's comma
+
+
+def report_chunks(report: Report, info: RunInfo,
+                  rows: Mapping[str, Sequence[Path]] | None = None) -> Iterator[str | memoryview | Path]:
+    """The report's JSON document in pieces (see the module docstring for its layout); `rows` (table key ->
+    files) as in `table_chunks`."""
     head = {
         "format": "dlagg-report",
         "format_version": FORMAT_VERSION,
@@ -83,7 +92,7 @@ def report_chunks(report: Report, info: RunInfo) -> Iterator[str | memoryview]:
     for k, table in enumerate(report.tables):
         if k:
             yield ", "
-        yield from table_chunks(table)
+        yield from table_chunks(table, (rows or {}).get(table.key))
     yield "]}\n"
 
 
@@ -98,10 +107,17 @@ class JsonWriter:
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "json") for suffix in file_suffixes]
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "json")
-            atomic_write(path, report_chunks(report, info))
+            atomic_write(path, report_chunks(report, info, rows))
             written.append(path)
         return written
+
+    def writes_rows(self, table: Table) -> bool:
+        return bool(table.fields)
+
+    def rows(self, table: Table, info: RunInfo, last: bool) -> Iterator[memoryview]:
+        return row_chunks(table, last)

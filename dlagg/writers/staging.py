@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -355,11 +355,13 @@ class Staging:
         return [(area, (rel / p.name).as_posix()) for p in paths for area, rel in [self._locate(p.parent)]]
 
 
-def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Path, info: RunInfo) -> list[Path]:
+def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Path, info: RunInfo,
+                 rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
     """``WRITERS[fmt].write`` into `staged` (`Staging.folder(out_dir)`), in this process or a worker process; an
-    OSError is the output error that names `out_dir`."""
+    OSError is the output error that names `out_dir`. `rows`: a table's rows are in these files (CSV and JSON)."""
     try:
-        return WRITERS[fmt].write(reports, staged, info)
+        return WRITERS[fmt].write(reports, staged, info, rows=rows) if rows else WRITERS[fmt].write(reports, staged,
+                                                                                                  info)
     except OSError as exc:
         raise output_error(exc, out_dir, f"the {fmt} outputs") from None
 
