@@ -12,9 +12,11 @@ start-up and imports included: until the command exits, as a shell waits for it)
 with 1 worker (in process) and with 2 workers (this process and a pool of one worker process; the
 machine has two cores); 64 ranks with 2 workers; the peak RSS of the parent (``ru_maxrss`` of the dlagg
 process, from wait4) and of the largest worker process (what the worker processes report at -v
-detailed for the ranks they reduced). Then the bars of the ranks issue: 2 workers at least MIN_SPEEDUP
-times faster than 1, time linear in the number of ranks, parent peak under MAX_PARENT_MB at 64 ranks.
-Timing results are printed, never asserted (``--strict`` exits 1 if a bar fails).
+detailed for the ranks they reduced), and the time after the last rank is reduced (the merge and the
+writes: from that log line, read as it comes, to the exit). Then the bars of the ranks issue: 2 workers
+at least MIN_SPEEDUP times faster than 1, time linear in the number of ranks, parent peak under
+MAX_PARENT_MB at 64 ranks. Timing results are printed, never asserted (``--strict`` exits 1 if a bar
+fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank files, about 80 s).
 
 The cases run in rounds (each round runs the four, one after the other), and a ratio is taken within a
 round, then the median over rounds: on a shared machine the speed drifts over minutes (16 ranks with 2
@@ -28,7 +30,7 @@ is the machine's ceiling for any 2-worker speed-up in that round: a virtual mach
 one physical core's two hardware threads, or share a host with busy neighbours, and then no program
 gets 2x. dlagg's speed-up is printed with its share of that ceiling.
 
-    python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3]
+    python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3] [--large 256]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +59,7 @@ MAX_PARENT_MB = 1024  # parent peak RSS at 64 ranks
 LINEAR_SLACK = 1.2  # the 64/16 time ratio may exceed 4 by this factor
 PID_SHIFT = 24
 
+LAST_RANK = re.compile(r"reduced in [\d.]+ s \((\d+)/\1\)")  # "... reduced in 0.41 s (16/16)"
 WORKER_PEAK = re.compile(r"peak memory of the process that reduced it \(a worker process\) ([\d,]+) MB")
 
 
@@ -120,15 +124,22 @@ def run(folder: Path, workers: int, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     args = [f"--nsys_database={folder}", "--reports=all", "--formats=csv,json", "-b", "-f", f"--workers={workers}",
             f"--output_path={out}", "-v", "detailed"]
-    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: the time is the command's, until it exits
-        began = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-m", "dlagg", *args], stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(child.pid, 0)  # and the command's own peak RSS (KiB on Linux)
-        figures = {"seconds": time.perf_counter() - began, "parent_kb": usage.ru_maxrss}
-        log.seek(0)
-        stderr = log.read()
+    lines: list[tuple[float, str]] = []  # stderr, each line with when it came (read as it comes, by a thread)
+    began = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "dlagg", *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    reader = threading.Thread(target=lambda: lines.extend((time.perf_counter(), line) for line in child.stderr))
+    reader.start()
+    _, status, usage = os.wait4(child.pid, 0)  # and the command's own peak RSS (KiB on Linux)
+    ended = time.perf_counter()
+    reader.join()
+    stderr = "".join(line for _, line in lines)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"dlagg failed on {folder}: {stderr}")
+    figures = {"seconds": ended - began, "parent_kb": usage.ru_maxrss}
+    # after the ranks: from the log line of the last rank reduced to the exit (the merge, the writes)
+    reduced = [at for at, line in lines if LAST_RANK.search(line)]
+    figures["after_ranks"] = ended - reduced[-1] if reduced else 0.0
     # a worker process's peak: what the pool's workers report for the ranks they reduced (none in process)
     peaks = [float(m.group(1).replace(",", "")) for m in WORKER_PEAK.finditer(stderr)]
     figures["worker_mb"] = max(peaks) if workers > 1 and peaks else 0.0
@@ -162,6 +173,8 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--repeat", type=int, default=3, help="rounds of the four cases (default 3)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a bar fails")
+    parser.add_argument("--large", type=int, default=0, metavar="N",
+                        help="then N ranks with 2 workers, once (no bar; 11 MB of rank files per rank)")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
@@ -179,8 +192,8 @@ def main() -> int:
     for ranks, workers in cases:
         best = min((done[ranks, workers] for done in rounds), key=lambda f: f["seconds"])
         print(f"{ranks:>3} ranks, {workers} worker{'s' if workers > 1 else ' '}: {best['seconds']:7.2f} s (fastest)   "
-              f"parent peak {best['parent_kb'] / 1024:7.0f} MB   worker peak "
-              + (f"{best['worker_mb']:6.0f} MB" if best["worker_mb"] else "  (in process)"))
+              f"after the last rank {best['after_ranks']:5.2f} s   parent peak {best['parent_kb'] / 1024:7.0f} MB   "
+              "worker peak " + (f"{best['worker_mb']:6.0f} MB" if best["worker_mb"] else "  (in process)"))
     speedup = statistics.median(d[16, 1]["seconds"] / d[16, 2]["seconds"] for d in rounds)
     growth = statistics.median(d[64, 2]["seconds"] / d[16, 2]["seconds"] for d in rounds)
     parent = max(d[64, 2]["parent_kb"] for d in rounds) / 1024
@@ -197,6 +210,10 @@ def main() -> int:
     ]
     for text, ok in bars:
         print(f"{'holds' if ok else 'FAILS'}: {text}")
+    if args.large:
+        large = run(make_job(args.workdir, args.large), 2, args.workdir / "out")
+        print(f"{args.large} ranks, 2 workers: {large['seconds']:.2f} s, of which {large['after_ranks']:.2f} s after "
+              f"the last rank (the merge and the writes); parent peak {large['parent_kb'] / 1024:.0f} MB")
     return 1 if args.strict and not all(ok for _, ok in bars) else 0
 
 
