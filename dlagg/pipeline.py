@@ -501,8 +501,8 @@ class _Writes:
         for first in range(0, len(table), PART_ROWS):
             part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
             stop = min(first + PART_ROWS, len(table))
-            rows = table.with_frame(table.frame.iloc[first:stop])
-            self._queue(report.name, out_dir, _write_rows, (fmt, rows, stop == len(table), part, info))
+            rows = _Rows(fmt, table, first, stop, part, info, ends=stop == len(table))
+            self._queue(report.name, out_dir, _write_rows, (rows,))
             parts.append(part)
         self.joins.append((fmt, report, out_dir, info, table.key, parts))
         return True
@@ -526,8 +526,8 @@ class _Writes:
         """A pool process's lane: its jobs one after the other, each started when the last has ended."""
         while (taken := self._take()) is not None:
             name, out_dir, task, args = taken
-            try:
-                job = self.pool.submit(task, *args)
+            try:  # a part of a table goes with its rows alone (sliced now: the queue holds no copies)
+                job = self.pool.submit(task, *(args[0].alone(),) if task is _write_rows else args)
             except Exception as exc:  # a broken pool: raised by `results`
                 job = Future()
                 job.set_exception(exc)
@@ -539,7 +539,7 @@ class _Writes:
         """A job has ended: a part is ready to join; a failure stops the writes."""
         with self.ready:
             if ok and task is _write_rows:
-                self.parts_done.add(args[3])
+                self.parts_done.add(args[0].path)
             self.ready.notify_all()
         if not ok:
             self._stop()
@@ -641,10 +641,31 @@ def _join(fmt: str, report: Report, staged: Path, out_dir: Path, info: RunInfo, 
     return done
 
 
-def _write_rows(fmt: str, table: Table, last: bool, path: Path, info: RunInfo) -> _Outcome:
-    """One part of a big table (some of its rows, `last`: the table's last ones) formatted by the writer of `fmt`
-    into `path`, a file of the staging folder that the report's write then joins; its time (it writes no output
-    of its own)."""
+@dataclass(frozen=True)
+class _Rows:
+    """Rows first..stop-1 of a big table, to be formatted by the writer of `fmt` into `path`: a part of its file
+    (in the staging folder; the report's write then joins the parts)."""
+
+    fmt: str
+    table: Table
+    first: int
+    stop: int
+    path: Path
+    info: RunInfo
+    ends: bool  # these rows end the table (JSON: no comma after the last)
+
+    def alone(self) -> _Rows:
+        """The same part over a table of its rows alone (what a worker process is sent)."""
+        if self.first == 0 and self.stop == len(self.table):
+            return self
+        frame = self.table.frame.iloc[self.first:self.stop]
+        return replace(self, table=self.table.with_frame(frame), first=0, stop=len(frame))
+
+
+def _write_rows(rows: _Rows) -> _Outcome:
+    """A part of a big table written (by this process or a worker process); its time (it writes no output of its
+    own)."""
     began = time.perf_counter()
-    atomic_write(path, WRITERS[fmt].rows(table, info, last))
-    return [(fmt, [], time.perf_counter() - began)]
+    rows = rows.alone()
+    atomic_write(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends))
+    return [(rows.fmt, [], time.perf_counter() - began)]
