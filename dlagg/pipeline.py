@@ -42,7 +42,7 @@ from .job import (
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
-from .pool import pool_size, shared_map
+from .pool import pool_size, shared_map, start_early
 from .reader import check_input
 from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reports import REPORTS, Report
@@ -223,13 +223,19 @@ def _checked_inputs(given: Path | str) -> list[Path]:
     return paths
 
 
-def _pool(options: Options, count: int, worker_init: Callable[[], None] | None,
-          pools: ExitStack) -> ProcessPoolExecutor | None:
-    """The local process pool for `count` files or ranks, owned by `pools` (None: one, or Dask)."""
-    if options.scheduler:
+def _pool(options: Options, count: int, worker_init: Callable[[], None] | None, pools: ExitStack,
+          writes: bool = False) -> ProcessPoolExecutor | None:
+    """The local process pool for `count` files or ranks, owned by `pools` (None: one, or --workers=1). With
+    --scheduler the Dask cluster reduces the ranks, and a local pool is made only to write the outputs of a job of
+    several ranks here (`writes`); its fork server starts now, importing dlagg while the cluster works."""
+    if options.scheduler and not writes:
         return None
     pool = local_pool(options.workers, count, worker_init)
-    return pools.enter_context(pool) if pool is not None else None
+    if pool is None:
+        return None
+    if options.scheduler:
+        start_early()
+    return pools.enter_context(pool)
 
 
 def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None) -> ProbeAll | None:
@@ -270,8 +276,8 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         formats = _writers(options)
         needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
         build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
-        if workers is None and several:  # one file holding several ranks
-            workers = _pool(options, len(job.sources), worker_init, pools)
+        if workers is None and several:  # one file holding several ranks; with --scheduler, the pool that writes
+            workers = _pool(options, len(job.sources), worker_init, pools, writes=True)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
         with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:

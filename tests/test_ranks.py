@@ -262,9 +262,8 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
 
-def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_path, monkeypatch) -> None:
-    """With parts of 1,024 rows, the iteration report's 14,000-odd rows (and the summary's timeline) are formatted
-    in parts by this process and the pool and joined: every file is the bytes --workers=1 writes whole."""
+def written_in_parts(monkeypatch, args: list[str], out: Path) -> list[tuple[str, str, int]]:
+    """Run dlagg in process with parts of 1,024 rows; the reports joined from parts: (report, format, parts)."""
     from dlagg import pipeline
 
     joined: list[tuple[str, str, int]] = []
@@ -274,16 +273,37 @@ def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_p
         joined.append((report.name, fmt, len(parts)))
         return join(fmt, report, staged, out_dir, info, key, parts)
 
-    monkeypatch.setattr(pipeline, "PART_ROWS", 1024)
-    monkeypatch.setattr(pipeline, "_join", counted)
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "PART_ROWS", 1024)
+        patch.setattr(pipeline, "_join", counted)
+        assert main([*args, f"--output_path={out}"]) == 0
+    return joined
+
+
+def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_path, monkeypatch) -> None:
+    """With parts of 1,024 rows, the iteration report's 14,000-odd rows (and the summary's timeline) are formatted
+    in parts by this process and the pool and joined: every file is the bytes --workers=1 writes whole."""
     args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
-    assert main([*args, "--workers=2", f"--output_path={tmp_path / 'parts'}"]) == 0
+    joined = written_in_parts(monkeypatch, [*args, "--workers=2"], tmp_path / "parts")
     rows = len(pd.read_csv(tmp_path / "parts" / "dlagg_iteration.csv", skiprows=1))
     assert ("iteration", "csv", -(-rows // 1024)) in joined and ("iteration", "json", -(-rows // 1024)) in joined
-    monkeypatch.setattr(pipeline, "PART_ROWS", 1 << 30)
     assert main([*args, "--workers=1", f"--output_path={tmp_path / 'whole'}"]) == 0
     expected = {p.name: p.read_bytes() for p in (tmp_path / "whole").iterdir()}
     assert {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()} == expected
+
+
+def test_on_dask_the_outputs_are_written_here_by_a_local_pool(multi, tmp_path, monkeypatch) -> None:
+    """With --scheduler the cluster reduces the ranks and the outputs are written here, by this process and a local
+    pool (--workers=2), big tables in parts: the same bytes as --workers=1."""
+    distributed = pytest.importorskip("distributed")
+    args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        joined = written_in_parts(monkeypatch, [*args, f"--scheduler={cluster.scheduler_address}", "--workers=2"],
+                                  tmp_path / "dask")
+    assert {name for name, *_ in joined} >= {"iteration"}
+    assert main([*args, "--workers=1", f"--output_path={tmp_path / 'whole'}"]) == 0
+    expected = {p.name: p.read_bytes() for p in (tmp_path / "whole").iterdir()}
+    assert {p.name: p.read_bytes() for p in (tmp_path / "dask").iterdir()} == expected
 
 
 # --- hand-built jobs ---------------------------------------------------------------------------------
