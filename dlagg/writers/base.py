@@ -51,6 +51,12 @@ class Writer(Protocol):
 
     # Optional: ``how_to_open(written) -> str | None``, one line telling how to look at what the writer
     # wrote among the run's `written` paths (printed at the end of the run; see `how_to_open` below).
+    #
+    # Optional, for a writer whose file holds a table's rows one after the other (CSV, JSON), so that a big
+    # table can be formatted in parts by several processes (pipeline._Writes): ``writes_rows(table) -> bool``,
+    # whether its file has `table`'s rows; ``rows(table, info, last)``, the text of `table`'s rows alone (a
+    # table of some rows of the report's, `last`: they end it); and ``write(reports, out_dir, info, rows=)``
+    # taking `rows`, table key -> files holding that table's rows (those texts, in order).
 
 
 WRITERS: dict[str, Writer] = {}
