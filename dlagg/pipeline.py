@@ -481,7 +481,7 @@ class _Writes:
         self.pool = pool
         self.jobs: list[tuple[str, Path, Future[_Outcome]]] = []  # report, folder, job
         self.pending: deque[_Job] = deque()
-        self.joins: list[tuple[str, Report, Path, RunInfo, str, list[Path]]] = []  # fmt, report, folder, info, parts
+        self.joins: list[tuple[Report, Path, tuple]] = []  # a report written in parts: report, folder, _join's args
         self.parts_done: set[Path] = set()
         self.ready = threading.Condition()  # guards the above; notified when a job is queued or ends
         self.closed = False
@@ -510,7 +510,7 @@ class _Writes:
             rows = _Rows(fmt, table, first, stop, part, info, ends=stop == len(table))
             self._queue(report.name, out_dir, _write_rows, (rows,))
             parts.append(part)
-        self.joins.append((fmt, report, out_dir, info, table.key, parts))
+        self.joins.append((report, out_dir, (fmt, report, folder, out_dir, info, table.key, parts)))
         return True
 
     def _queue(self, name: str, out_dir: Path, task: Callable[..., _Outcome], args: tuple) -> None:
@@ -574,11 +574,10 @@ class _Writes:
         has failed."""
         with self.ready:
             while not self.closed:
-                for fmt, report, out_dir, info, key, parts in self.joins:
-                    if self.parts_done.issuperset(parts):
-                        self.joins.remove((fmt, report, out_dir, info, key, parts))
-                        return report.name, out_dir, _join, (fmt, report, self.staging.folder(out_dir), out_dir,
-                                                             info, key, parts)
+                for k, (report, out_dir, args) in enumerate(self.joins):
+                    if self.parts_done.issuperset(args[-1]):  # its parts
+                        del self.joins[k]
+                        return report.name, out_dir, _join, args
                 if self.pending:
                     return self.pending.popleft()
                 if not self.joins:
