@@ -17,15 +17,15 @@ from dlagg.errors import OutputError
 from dlagg.options import Options
 from dlagg.pipeline import run
 from dlagg.reports import Report, Table
-from dlagg.reports.figures import NS, PERCENT, Field
+from dlagg.reports.figures import NS, PERCENT, Field, with_rank
 from dlagg.reports.summary import ITERATION_FIELDS, OP_TYPE_ITERATION_FIELDS
 from dlagg.writers.tensorboard_writer import (
     TEXT_CELL_PX,
     TEXT_PAGE_ROWS,
     TOP_OP_TYPES,
     _text_px,
+    iteration_scalars,
     md_escape,
-    op_type_scalars,
     table_markdown,
 )
 
@@ -441,19 +441,40 @@ def _summary(op_types: list[str], iterations: list[int], gpu_ns: list[int], star
                                                csv=False)))
 
 
+def _op_type_series(summary: Report) -> pd.DataFrame:
+    frame = iteration_scalars(summary)[None]
+    return frame[[c for c in frame.columns if c.startswith(OP_TYPE)]]
+
+
 def test_op_type_series_sum_gpu_time_per_iteration_and_keep_the_top_types(monkeypatch) -> None:
     monkeypatch.setattr("dlagg.writers.tensorboard_writer.TOP_OP_TYPES", 2)
     summary = _summary(["conv", "conv", "gemm", "relu", "relu", "conv", "relu"],
                        [1, 1, 1, 2, 0, 2, -1],
                        [2_000_000, 1_000_000, 2_500_000, 500_000, 9_000_000, 1_000_000, 9_000_000], 1, 2)
-    frame = op_type_scalars(summary)
+    frame = _op_type_series(summary)
     # In iterations 1..2: conv 4 ms, gemm 2.5 ms, relu 0.5 ms (relu's 9 ms in iteration 0 and outside don't count).
     assert list(frame.columns) == ["op_type_gpu_ms/conv", "op_type_gpu_ms/gemm"]
     assert frame.loc[1].tolist() == [3.0, 2.5]
     assert frame.loc[2].tolist() == [1.0, 0.0]
     assert frame.loc[0].tolist() == [0.0, 0.0]  # iteration 0 ran only relu
-    assert list(frame.index) == [0, 1, 2]
+    assert frame.loc[[3, 4]].to_numpy().tolist() == [[0.0, 0.0], [0.0, 0.0]]  # no op calls: 0 ms, not a gap
+    assert list(frame.index) == [0, 1, 2, 3, 4]
+
+
+def test_op_type_series_are_each_ranks_own(monkeypatch) -> None:
+    """Several ranks' summary: each rank's series, its own top types, from its own iterations' calls."""
+    monkeypatch.setattr("dlagg.writers.tensorboard_writer.TOP_OP_TYPES", 1)
+    one = _summary(["conv", "gemm", "gemm"], [1, 1, 2], [3_000_000, 2_000_000, 2_000_000], 1, 2)
+    other = _summary(["relu", "conv"], [2, 3], [1_000_000, 7_000_000], 1, 2)
+    summary = Report("summary", "summary", tuple(with_rank([a, b], [4, 5])
+                                                 for a, b in zip(one.tables, other.tables, strict=True)))
+    scalars = iteration_scalars(summary, of=(4, 5, 6))
+    assert [c for c in scalars[4].columns if c.startswith(OP_TYPE)] == ["op_type_gpu_ms/gemm"]  # 4 ms against 3
+    assert scalars[4]["op_type_gpu_ms/gemm"].tolist() == [0.0, 2.0, 2.0, 0.0, 0.0]
+    assert [c for c in scalars[5].columns if c.startswith(OP_TYPE)] == ["op_type_gpu_ms/relu"]  # conv ran in 3
+    assert scalars[5]["op_type_gpu_ms/relu"].tolist() == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert scalars[6].empty  # no rows of rank 6
 
 
 def test_no_ops_no_op_type_series() -> None:
-    assert op_type_scalars(_summary(["conv"], [-1], [5], 0, 1)).empty
+    assert _op_type_series(_summary(["conv"], [-1], [5], 0, 1)).columns.empty

@@ -144,66 +144,91 @@ OP_TYPE_DESCRIPTION = ("GPU time of the calls of this op type starting in the it
                        "kernels and memory operations, as in the op_type report), ms.")
 
 
-def _of_rank(table: Table, rank: int | None) -> pd.DataFrame:
-    """A per-iteration table's rows of one rank (all rows when the table has no rank column)."""
-    frame = table.frame
-    return frame[frame["rank"].to_numpy() == rank] if rank is not None and "rank" in frame else frame
+def _rank_rows(frame: pd.DataFrame, ranks: Sequence[int | None]) -> dict[int | None, np.ndarray]:
+    """Row positions of each of `ranks` in a per-iteration table, in table order (none for a rank without
+    rows); rank None: every row (a table without a rank column, of one rank)."""
+    if "rank" not in frame:
+        return {rank: np.arange(len(frame)) for rank in ranks}
+    numbers = frame["rank"].to_numpy()
+    order = np.argsort(numbers, kind="stable")
+    found, firsts = np.unique(numbers[order], return_index=True)
+    rows = dict(zip(found.tolist(), np.split(order, firsts[1:]), strict=True))
+    return {rank: rows.get(rank, np.empty(0, dtype=np.intp)) for rank in ranks}
 
 
-def iteration_scalars(summary: Report, rank: int | None = None, ranks: Report | None = None) -> pd.DataFrame:
-    """Per-iteration scalar values from the summary's per-iteration figures (of one rank of several):
-    index = iteration, one column per tag (NaN where undefined); with the ranks report, the rank's
-    communication figures too."""
-    its = _of_rank(summary.table("iterations"), rank)
+def iteration_scalars(summary: Report, ranks: Report | None = None,
+                      of: Sequence[int | None] = (None,)) -> dict[int | None, pd.DataFrame]:
+    """Per-iteration scalar values from the summary's per-iteration figures, of each rank in `of` (None: a
+    summary of one rank): index = iteration, one column per tag (NaN where undefined); with the ranks report,
+    each rank's communication figures too. Computed for every rank at once, then cut into ranks."""
+    its = summary.table("iterations").frame
     duration = its["duration_ns"].to_numpy(dtype=np.float64)
-    frame = pd.DataFrame(index=pd.Index(its["iteration"].to_numpy(), name="iteration"))
-    frame["iteration/time_ms"] = duration / NS_PER_MS
-    frame["iteration/cpu_side_time_ms"] = its["cpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
-    frame["iteration/gpu_side_time_ms"] = its["gpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
     eligible_ns = its["tc_eligible_kernel_time_ns"].to_numpy(dtype=np.float64)
+    columns = {
+        "iteration/time_ms": duration / NS_PER_MS,
+        "iteration/cpu_side_time_ms": its["cpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
+        "iteration/gpu_side_time_ms": its["gpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
+    }
     with np.errstate(divide="ignore", invalid="ignore"):
-        frame["iteration/gpu_utilization_pct"] = np.where(
+        columns["iteration/gpu_utilization_pct"] = np.where(
             duration > 0, 100.0 * its["gpu_busy_ns"].to_numpy(dtype=np.float64) / duration, np.nan)
-        frame["iteration/tensor_core_kernel_utilization_pct"] = np.where(
+        columns["iteration/tensor_core_kernel_utilization_pct"] = np.where(
             eligible_ns > 0, 100.0 * its["tc_eligible_tc_kernel_time_ns"].to_numpy(dtype=np.float64) / eligible_ns,
             np.nan)
-    frame["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
+    columns["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
     for name in PARTITION:
-        frame[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
-    if ranks is not None and rank is not None:
-        comm = _of_rank(ranks.table("iterations"), rank).set_index("iteration")
+        columns[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    if ranks is not None and "rank" in its:
+        comm = ranks.table("iterations").frame
+        at = pd.MultiIndex.from_frame(comm[["rank", "iteration"]]).get_indexer(
+            pd.MultiIndex.from_frame(its[["rank", "iteration"]]))  # -1: the rank's iteration is not in the report
         for key, tag in RANK_TAGS.items():
-            frame[tag] = comm[key].reindex(frame.index).to_numpy(dtype=np.float64) / NS_PER_MS
-    ops = op_type_scalars(summary, rank)
-    # An iteration without a charted op type spent no GPU time in it: 0, not a gap.
-    return frame.join(ops).fillna({column: 0.0 for column in ops.columns})
+            values = comm[key].to_numpy(dtype=np.float64)
+            columns[tag] = np.where(at >= 0, values[at], np.nan) / NS_PER_MS
+    iteration = its["iteration"].to_numpy()
+    aggregated = its["aggregated"].to_numpy(dtype=bool)
+    per = summary.table("op_type_iterations").frame
+    known = per["op_type"].notna().to_numpy()
+    calls = (per["iteration"].to_numpy()[known], per["op_type"].to_numpy(dtype=object)[known],
+             per["gpu_time_ns"].to_numpy(dtype=np.int64)[known])
+    per_rows = _rank_rows(per[known], of)
+    scalars = {}
+    for rank, rows in _rank_rows(its, of).items():  # ranks, not events
+        steps = iteration[rows]
+        values = {tag: column[rows] for tag, column in columns.items()}
+        values.update(_op_types(*(c[per_rows[rank]] for c in calls), steps, steps[aggregated[rows]]))
+        scalars[rank] = pd.DataFrame(values, index=pd.Index(steps, name="iteration"))
+    return scalars
 
 
-def op_type_scalars(summary: Report, rank: int | None = None) -> pd.DataFrame:
-    """GPU time per iteration of the top op types (empty frame when no op is known)."""
-    per = _of_rank(summary.table("op_type_iterations"), rank)
-    if per.empty:
-        return pd.DataFrame(index=pd.Index([], name="iteration"))
-    aggregated = _of_rank(summary.table("iterations"), rank)
-    selected = set(aggregated["iteration"].to_numpy()[aggregated["aggregated"].to_numpy(dtype=bool)].tolist())
-    wide = per.pivot_table(index="iteration", columns="op_type", values="gpu_time_ns", aggfunc="sum", fill_value=0)
-    wide = wide.reindex(sorted(wide.columns), axis=1)  # ties: by name
-    totals = wide[wide.index.isin(selected)].sum(axis=0).to_numpy()
+def _op_types(iteration: np.ndarray, op_type: np.ndarray, gpu_ns: np.ndarray, steps: np.ndarray,
+              selected: np.ndarray) -> dict[str, np.ndarray]:
+    """Tag -> GPU time (ms) in each of the iterations `steps` of the top op types of one rank's calls
+    (iteration, op type, GPU time per row), the top by their time in the `selected` (aggregated) iterations,
+    ties by name. An iteration without a call of the type spent no GPU time in it: 0, not a gap."""
+    if not len(iteration):
+        return {}
+    iterations, at_iteration = np.unique(iteration, return_inverse=True)
+    names, at_name = np.unique(op_type, return_inverse=True)  # sorted by name
+    wide = np.zeros((len(iterations), len(names)), dtype=np.int64)
+    np.add.at(wide, (at_iteration, at_name), gpu_ns)
+    totals = wide[np.isin(iterations, selected)].sum(axis=0)
     top = np.argsort(-totals, kind="stable")[:TOP_OP_TYPES]
-    chosen = wide.iloc[:, top].astype(np.float64) / NS_PER_MS
-    chosen.columns = [f"{OP_TYPE_PREFIX}{name}" for name in chosen.columns]
-    return chosen.rename_axis("iteration")
+    at = np.minimum(np.searchsorted(iterations, steps), len(iterations) - 1)
+    found = iterations[at] == steps
+    return {f"{OP_TYPE_PREFIX}{names[k]}": np.where(found, wide[at, k], 0) / NS_PER_MS for k in top}
 
 
 # --- Markdown -----------------------------------------------------------------------------------
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+# HTML as entities; Markdown's emphasis, link, code and cell-break characters escaped; a newline a space
+_MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ",
+                             **{c: "\\" + c for c in "\\`*_[]|"}})
 
 
 def md_escape(text: str) -> str:
     """Text safe in a Markdown table cell: no emphasis, links, code or cell breaks; HTML as entities."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", text).replace("\n", " ")
+    return text.translate(_MD_ESCAPES)
 
 
 # Markdown table cells: the CSV's values with thousands separators, text escaped.
@@ -231,9 +256,17 @@ def _shown_fields(table: Table) -> list[Field]:
             and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
 
 
+_NOT_UPPER = str.maketrans("", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_NOT_DIGIT = str.maketrans("", "", "0123456789")
+
+
 def _text_px(text: str) -> float:
     """Rendered width estimate of a text in TensorBoard's text cards (Roboto 16 px)."""
-    return sum(TEXT_UPPER_PX if c.isupper() else TEXT_DIGIT_PX if c.isdigit() else TEXT_CHAR_PX for c in text)
+    if text.isascii():  # the usual case: count by deleting, in C
+        upper, digits = len(text) - len(text.translate(_NOT_UPPER)), len(text) - len(text.translate(_NOT_DIGIT))
+    else:
+        upper, digits = sum(map(str.isupper, text)), sum(map(str.isdigit, text))
+    return TEXT_UPPER_PX * upper + TEXT_DIGIT_PX * digits + TEXT_CHAR_PX * (len(text) - upper - digits)
 
 
 def _column_width(title: str, cells: list[str]) -> tuple[float, float]:
@@ -478,22 +511,22 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
 
 
 def _write_run(folder: Path, events: list) -> Path:
-    """One event file holding `events`, written in order (TFRecord framing, as TensorBoard's writer).
+    """One event file holding `events`, written in order (TFRecord framing: the bytes TensorBoard's writer
+    writes, with a faster CRC: writers/tfrecord.py).
 
     Written synchronously: tensorboard's EventFileWriter hands every event to a writer thread
     through a 10-slot queue, which costs more than the encoding for thousands of iterations.
     """
     from tensorboard.compat.proto import event_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from .tfrecord import write_records
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
+    header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2",
+                             source_metadata=event_pb2.SourceMetadata(writer="dlagg"))
     with path.open("wb") as handle:
-        records = RecordWriter(handle)
-        header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2",
-                                 source_metadata=event_pb2.SourceMetadata(writer="dlagg"))
-        for event in (header, *events):
-            records.write(event.SerializeToString())
+        write_records(handle, [event.SerializeToString() for event in (header, *events)])
     return path
 
 
@@ -593,12 +626,12 @@ class TensorboardWriter:
         runs: dict[str, list] = {}  # run folder (relative) -> events
         tags: list[str] = []
         runs_per_rank = 1
-        for rank in (info.ranks if several else (None,)) if summary is not None else ():  # ranks, not events
-            values = iteration_scalars(summary, rank, ranks)
+        scalars = iteration_scalars(summary, ranks, info.ranks if several else (None,)) if summary is not None else {}
+        for rank, values in scalars.items():  # ranks, not events
             if several:  # per-rank tags, so that a chart can show one rank (TensorBoard selects tags, not runs)
                 values.columns = [f"rank{rank}/{tag}" for tag in values.columns]
             steps = values.index.to_numpy()
-            tags += [t for t in values.columns if t not in tags and values[t].notna().any()]
+            tags += values.columns[values.notna().to_numpy().any(axis=0)].tolist()
             folder = f"rank{rank}" if several else ""
             runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
             outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
