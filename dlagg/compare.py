@@ -687,5 +687,5 @@ def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log 
                           log=log)
     except DlaggError as exc:
         raise type(exc)(f"--baseline: {exc}") from None
-    figures, built = combine(ranks, job, names)
+    figures, built = combine(ranks, job, names, release=True)  # a side is its job's reports
     return Side(figures, built)

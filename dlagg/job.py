@@ -286,9 +286,12 @@ def communication_needed(job: Job, names: Iterable[str]) -> bool:
 
 
 def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
-            on_report: Callable[[Report], None] | None = None) -> tuple[JobFigures, dict[str, Report]]:
+            on_report: Callable[[Report], None] | None = None,
+            release: bool = False) -> tuple[JobFigures, dict[str, Report]]:
     """The job's reports from its ranks' (see the module docstring); `on_report` gets each as soon as it is
-    built (the run writes it while the next is merged)."""
+    built (the run writes it while the next is merged). `release`: each rank's own report is dropped from its
+    figures once merged (a run that writes the job's reports only): the parent then holds every rank's rows
+    once, in the merged report, not twice."""
     matched = None
     if all(r.comm is not None for r in ranks):
         matched = match_collectives([RankInput(r.source.rank, str(r.source.path), r.meta.session_start_utc, r.comm)
@@ -309,6 +312,9 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
             built[name] = MERGERS[name](parts, _subset(figures, name), deps)
         else:
             built[name] = MERGERS[name](parts, figures, deps)
+        if release and len(ranks) > 1:
+            for rank in ranks:  # ranks, not events
+                rank.reports.pop(name, None)
         if on_report is not None:
             on_report(built[name])
     return figures, built

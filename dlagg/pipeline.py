@@ -325,7 +325,8 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
                           log=log, pool=workers)
         info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
         with log.stage(f"combined {len(ranks)} ranks"):
-            figures, built = combine(ranks, job, build, on_report=lambda report: write_now(report, info))
+            figures, built = combine(ranks, job, build, on_report=lambda report: write_now(report, info),
+                                     release=not options.per_rank)
         return ranks, figures, built, submitted
     first: dict[str, RunInfo] = {}  # the rank's run info, from the figures of its first report
 

@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,6 +24,8 @@ import pytest
 from dlagg.cli import main
 from dlagg.job import local_pool, map_ranks
 from dlagg.log import DETAILED, Log
+from dlagg.options import Options
+from dlagg.pipeline import run as pipeline_run
 from dlagg.pool import shared_map
 from dlagg.reader.discover import discover, input_paths
 
@@ -247,6 +250,22 @@ def test_per_rank_reports_are_each_file_run_alone(outputs, multi, tmp_path) -> N
         assert main([f"--nsys_database={path}", "--reports=all", "-b", f"--output_path={alone}", "-v", "quiet"]) == 0
         for csv in alone.glob("*.csv"):
             assert (outputs[PER] / f"rank{rank}" / csv.name).read_bytes() == csv.read_bytes(), csv.name
+
+
+def test_ranks_reports_are_released_once_merged_and_the_job_reports_stay_the_same(outputs, multi,
+                                                                                tmp_path) -> None:
+    """Without --per_rank the parent drops each rank's own report once merged (it holds the rows once): the
+    job's reports are the bytes of a run that keeps them (the `outputs` run, with --per_rank)."""
+    options = Options(nsys_database=str(multi(PER)), reports=("all",), formats=("csv", "json"), output_path=tmp_path,
+                      suppress_tb_files=True, workers=2, verbosity="quiet")
+    result = pipeline_run(options)
+    assert [r.reports for r in result.ranks] == [{}, {}]
+    kept = pipeline_run(replace(options, per_rank=True, output_path=tmp_path / "kept"))
+    assert all(set(r.reports) == {b.name for b in result.reports} - {"ranks", "collectives"} for r in kept.ranks)
+    files = sorted(p.name for p in tmp_path.glob("*.*"))
+    assert len(files) == 20
+    for name in files:
+        assert (tmp_path / name).read_bytes() == (outputs[PER] / name).read_bytes(), name
 
 
 def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> None:
