@@ -18,6 +18,10 @@ at least MIN_SPEEDUP times faster than 1, time linear in the number of ranks, pa
 MAX_PARENT_MB at 64 ranks. Timing results are printed, never asserted (``--strict`` exits 1 if a bar
 fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank files, about 80 s).
 
+With 1 worker the command's CPU time over its wall time says how many cores it keeps busy: more than one,
+as the reader runs a rank's table reads on threads at once; 2 workers are then at most the machine's ceiling
+(below) over that many times as fast.
+
 The cases run in rounds (each round runs the four, one after the other), and a ratio is taken within a
 round, then the median over rounds: on a shared machine the speed drifts over minutes (16 ranks with 2
 workers took from 6.7 to 10.6 s within 20 minutes here), so a ratio of times measured minutes apart
@@ -136,7 +140,8 @@ def run(folder: Path, workers: int, out: Path) -> dict:
     stderr = "".join(line for _, line in lines)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"dlagg failed on {folder}: {stderr}")
-    figures = {"seconds": ended - began, "parent_kb": usage.ru_maxrss}
+    # the command's own CPU time (with 2 workers not its pool's, whose processes are the fork server's children)
+    figures = {"seconds": ended - began, "parent_kb": usage.ru_maxrss, "cpu": usage.ru_utime + usage.ru_stime}
     # after the ranks: from the log line of the last rank reduced to the exit (the merge, the writes)
     reduced = [at for at, line in lines if LAST_RANK.search(line)]
     figures["after_ranks"] = ended - reduced[-1] if reduced else 0.0
@@ -198,8 +203,12 @@ def main() -> int:
     growth = statistics.median(d[64, 2]["seconds"] / d[16, 2]["seconds"] for d in rounds)
     parent = max(d[64, 2]["parent_kb"] for d in rounds) / 1024
     machine = statistics.median(ceilings)
+    cores = statistics.median(d[16, 1]["cpu"] / d[16, 1]["seconds"] for d in rounds)
     print(f"the machine: two CPU-bound processes at once run {machine:.2f}x as fast as one after the other, the "
           f"median over rounds; dlagg's 2 workers get {speedup / machine:.0%} of that")
+    print(f"1 worker keeps {cores:.2f} cores busy at 16 ranks (CPU time over wall time, the median over rounds: the "
+          f"reader's threads read a rank's tables at once); 2 workers can be at most {machine / cores:.2f}x as fast "
+          "on this machine")
     bars = [
         (f"2 workers vs 1 at 16 ranks: {speedup:.2f}x, the median over rounds (bar: at least {MIN_SPEEDUP}x)",
          speedup >= MIN_SPEEDUP),
