@@ -51,9 +51,8 @@ def table_chunks(table: Table, style: Style = CSV,
         yield from row_chunks(table, style)
 
 
-def row_chunks(table: Table, style: Style = CSV, last: bool = True) -> Iterator[memoryview]:
-    """The text of the table's rows alone, CHUNK_ROWS at a time (`last` is for the JSON writer's signature: CSV
-    rows need no separator between parts)."""
+def row_chunks(table: Table, style: Style = CSV) -> Iterator[memoryview]:
+    """The text of the table's rows alone, CHUNK_ROWS at a time."""
     cells = Cells(table.frame, table.csv_fields(), style)
     for first in range(0, len(table), CHUNK_ROWS):
         yield memoryview(cells.lines(first, min(first + CHUNK_ROWS, len(table))))
@@ -96,4 +95,4 @@ class CsvWriter:
         return table.csv and not table.key_value and bool(table.csv_fields())
 
     def rows(self, table: Table, info: RunInfo, last: bool) -> Iterator[memoryview]:
-        return row_chunks(table, csv_style(info.raw_csv), last)
+        return row_chunks(table, csv_style(info.raw_csv))  # (`last` alike: CSV parts need no separator)

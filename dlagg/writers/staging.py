@@ -359,9 +359,9 @@ def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Pat
                  rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
     """``WRITERS[fmt].write`` into `staged` (`Staging.folder(out_dir)`), in this process or a worker process; an
     OSError is the output error that names `out_dir`. `rows`: a table's rows are in these files (CSV and JSON)."""
-    try:
-        return WRITERS[fmt].write(reports, staged, info, rows=rows) if rows else WRITERS[fmt].write(reports, staged,
-                                                                                                  info)
+    writer = WRITERS[fmt]
+    try:  # (only writers of rows, CSV and JSON, take `rows`)
+        return writer.write(reports, staged, info, rows=rows) if rows else writer.write(reports, staged, info)
     except OSError as exc:
         raise output_error(exc, out_dir, f"the {fmt} outputs") from None
 
