@@ -60,15 +60,34 @@ class Log:
         self.info(f"{what} ({time.perf_counter() - began:.2f} s{memory})")
 
 
-def release_free_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc's malloc_trim; a no-op elsewhere).
+TRIM_FREE_BYTES = 32 << 20  # a stage leaving less free in the C heap keeps it (release_free_memory)
+
+
+class _MallInfo2(ctypes.Structure):  # glibc's struct mallinfo2 (malloc.h, glibc 2.33 and later)
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def release_free_memory(least: int = TRIM_FREE_BYTES) -> None:
+    """Give the C heap's free pages back to the system when it holds at least `least` bytes free (glibc's
+    malloc_trim; a no-op elsewhere).
 
     glibc serves arrays below its (adaptive, up to 32 MB) mmap threshold from the heap and keeps
-    what they leave when freed: measured, 100-170 MB of a 460 MB peak on transformer_amp_large.
+    what they leave when freed: measured, 100-170 MB of a 460 MB peak on transformer_amp_large, where
+    every stage leaves 50-120 MB free. A small rank's stages leave 7-13 MB, and handing those back only for
+    the next stage to fault them in again (pages the kernel zeroes) tripled the page faults of a 16-rank
+    run; with two workers at once, both processes' faults slowed every rank (docs/ranks.md). Below `least`
+    the heap keeps them: that much more peak at most.
     """
     trim = glibc("malloc_trim")
-    if trim is not None:
-        trim(0)
+    if trim is None:
+        return
+    if least > 0 and (info := glibc("mallinfo2")) is not None:
+        info.restype = _MallInfo2
+        if info().fordblks < least:
+            return
+    trim(0)
 
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
