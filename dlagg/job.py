@@ -25,11 +25,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +47,9 @@ from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_orde
 from .reports.roofline import tc_warning
 from .timeline.correlate import KERNEL
 from .timeline.iterations import detect_iterations, near_names
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 OPS_INDEX = ["op_key", "op_type", "order", "forward_op_key"]
 
@@ -184,6 +186,8 @@ def local_pool(workers: int | None, ranks: int,
     count = min(workers or default_workers(), ranks) - 1
     if count < 1:
         return None
+    from concurrent.futures import ProcessPoolExecutor  # loaded with the first pool (pool.py)
+
     return ProcessPoolExecutor(max_workers=count, mp_context=pool_context(), initializer=initializer)
 
 

@@ -20,11 +20,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
@@ -52,6 +53,9 @@ from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 from .writers.base import atomic_write
 from .writers.staging import Staging, check_output_names, write_staged
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # Event files are written whenever this writer is registered, unless --suppress_tb_files.
 TENSORBOARD = "tensorboard"

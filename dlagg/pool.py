@@ -10,13 +10,13 @@ so a run over several files does not wait for it.
 ``shared_map`` shares a list of work (files to probe, ranks to reduce) between this process and the
 pool's workers: this process is one of the ``--workers`` (the pool has one process fewer).
 
-Standard library only: ``__main__`` imports this before numpy, pandas and pyarrow.
+Standard library only: ``__main__`` imports this before numpy, pandas and pyarrow. ``multiprocessing`` and the
+process pool (55 ms of imports) are loaded when a pool is made: a run in one process never needs them.
 """
 
 from __future__ import annotations
 
 import glob
-import multiprocessing
 import os
 import threading
 from collections import deque
@@ -32,6 +32,8 @@ PRELOAD = ["dlagg._forkserver"]  # dlagg.pipeline, and a quick exit
 
 def pool_context() -> Any:
     """A fork server that has imported dlagg, else spawn (platforms without fork)."""
+    import multiprocessing  # here, not at the top: a run in one process never loads it (30 ms)
+
     context: Any = multiprocessing.get_context("forkserver" if "forkserver" in
                                                multiprocessing.get_all_start_methods() else "spawn")
     if context.get_start_method() == "forkserver":
