@@ -417,14 +417,18 @@ def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: 
     assert not several_files(["--reports=all"])
 
 
-def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "") -> SimpleNamespace:
+def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "", starts: Path | None = None,
+                    seconds: float = 0.02) -> SimpleNamespace:
     """Stands for reduce_rank (picklable, for the pool's workers): a rank's figures, and which process made them;
-    raises in the process `fail_in` names (this process, or a worker process)."""
+    raises in the process `fail_in` names (this process, or a worker process), saying when (the system-wide
+    monotonic clock). `starts`: a folder where each rank notes when it started."""
     here = "this process" if os.getpid() == parent else "a worker process"
-    time.sleep(0.02)  # a rank takes a while: both lanes get some
+    if starts is not None:
+        (starts / str(source.rank)).write_text(repr(time.monotonic()))
+    time.sleep(seconds)  # a rank takes a while: both lanes get some
     if here == fail_in:
-        raise ValueError(f"rank {source.rank}: cannot read it")
-    return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=0.02, peak_mb=1.0,
+        raise ValueError(f"rank {source.rank}: cannot read it (failed at {time.monotonic()!r})")
+    return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=seconds, peak_mb=1.0,
                            reduced_by=here)
 
 
@@ -450,14 +454,23 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
 
 
 @pytest.mark.parametrize("fail_in", ["this process", "a worker process"])
-def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str) -> None:
+def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: Path) -> None:
     """A rank that fails, in this process or in the pool's worker, raises its own error once the other lane has
-    ended the rank it had; no lane takes another rank after it."""
+    ended the ranks it had; no lane starts another rank after it. Timed by when each rank started against when the
+    failure happened (not by how many ranks ended: this process may reduce many before the worker is up)."""
+    rank_seconds = 0.05
     sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite")) for rank in range(40)]
     job = SimpleNamespace(sources=tuple(sources))
-    stream = io.StringIO()
     with local_pool(2, len(sources)) as pool:
-        with pytest.raises(ValueError, match=r"rank \d+: cannot read it"):
-            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in), log=Log(DETAILED, stream),
+        pool.submit(os.getpid).result()  # the worker process is up: both lanes start at once
+        with pytest.raises(ValueError, match=r"rank \d+: cannot read it") as raised:
+            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in, starts=tmp_path,
+                                   seconds=rank_seconds), log=Log(DETAILED, io.StringIO()),
                       pool=pool)  # type: ignore[arg-type]
-    assert stream.getvalue().count("reduced in") < 10  # the other lane stopped within a few ranks, not 40
+    failed_at = float(str(raised.value).rsplit("failed at ", 1)[1].rstrip(")"))
+    started = {int(p.name): float(p.read_text()) for p in tmp_path.iterdir()}
+    # Going on after the failure, the lanes would start a rank every 25 ms for another second; stopping, they end
+    # what they have (this process its rank, the worker's feeder at most two) within a few ranks' time.
+    late = sorted(rank for rank, at in started.items() if at > failed_at + 10 * rank_seconds)
+    assert not late, f"ranks started after the failure: {late}"
+    assert len(started) < len(sources)
