@@ -83,11 +83,18 @@ def release_free_memory(least: int = TRIM_FREE_BYTES) -> None:
     trim = glibc("malloc_trim")
     if trim is None:
         return
-    if least > 0 and (info := glibc("mallinfo2")) is not None:
-        info.restype = _MallInfo2
-        if info().fordblks < least:
-            return
+    if least > 0 and (free := heap_free_bytes()) is not None and free < least:
+        return
     trim(0)
+
+
+def heap_free_bytes() -> int | None:
+    """Bytes the C heap holds free (glibc's mallinfo2; None elsewhere and before glibc 2.33)."""
+    info = glibc("mallinfo2")
+    if info is None:
+        return None
+    info.restype = _MallInfo2  # (the one function object, cached by `glibc`)
+    return int(info().fordblks)
 
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
