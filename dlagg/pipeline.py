@@ -15,6 +15,7 @@ with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -69,7 +70,6 @@ WRITE_THREADS = 1
 PART_ROWS = 1 << 16
 
 _Outcome = list[tuple[str, list[Path], float]]  # a writer job's: per format, the paths written and the time taken
-_Job = tuple[str, Path, Callable[..., _Outcome], tuple]  # a waiting writer job: report, folder, task, arguments
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,8 @@ def _submit_whole_job(writes: _Writes, formats: list[str], built: dict[str, Repo
     for fmt in formats:
         if not WRITERS[fmt].per_report:
             given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-            writes.submit([fmt], given + ([comparison.report] if comparison else []), _out_dir(options, fmt), info)
+            writes.submit([fmt], given + ([comparison.report] if comparison else []), _out_dir(options, fmt), info,
+                          take_pieces=True)
 
 
 def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names: list[str],
@@ -440,7 +441,12 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
 
 def _submit_per_report(writes: _Writes, formats: list[str], report: Report, options: Options,
                        info: RunInfo) -> None:
-    writes.submit([fmt for fmt in formats if WRITERS[fmt].per_report], [report], options.output_path, info)
+    """The report's files; and, when shown (asked for), its piece for each writer of every report at once that
+    makes pieces (TensorBoard's text dashboards: writers/base.py), which that writer's job then takes."""
+    pieces = [fmt for fmt in formats if not WRITERS[fmt].per_report and hasattr(WRITERS[fmt], "piece")
+              and report.name in info.reports]
+    writes.submit([fmt for fmt in formats if WRITERS[fmt].per_report], [report], options.output_path, info,
+                  make_pieces=pieces)
 
 
 def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInfo:
@@ -467,6 +473,20 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
     )
 
 
+@dataclass
+class _Job:
+    """A writer job not yet started: its report's name, its output folder, its task and the task's arguments; the
+    files it makes that other jobs wait for (a part of a big table, a report's piece for a writer of every report
+    at once), and the files it waits for (it then runs in this process, in `_Writes.results`, once they are made)."""
+
+    name: str
+    out_dir: Path
+    task: Callable[..., _Outcome]
+    args: tuple
+    makes: tuple[Path, ...] = ()
+    after: tuple[Path, ...] = ()
+
+
 class _Writes:
     """Writer jobs, written into `staging` and moved into place together by `results`; a format's time is the sum
     of its jobs' (they overlap each other and the building of the next reports). A job writes its reports in one
@@ -478,7 +498,12 @@ class _Writes:
     queue. There, a table of more than 2 x PART_ROWS rows (the iteration report of many ranks) is written in
     parts: each part's rows are formatted by a job of their own into a file of the staging folder, and `results`
     joins the parts into the report's file (the writers' ``rows`` and ``write(..., rows=)``), so that every
-    process formats a share of a big file instead of one formatting it while the others wait."""
+    process formats a share of a big file instead of one formatting it while the others wait.
+
+    A writer of every report at once that renders each report on its own (TensorBoard's text dashboards) gets
+    each report's piece made by the job that writes the report's files (``make_pieces``), into a file of the
+    staging folder: the pieces are made while the next reports are built, and on every process of the pool,
+    and the writer's job (``take_pieces``), the last of a run, only puts them together."""
 
     def __init__(self, log: Log, staging: Staging, pool: Executor, workers: int | None = None) -> None:
         self.log = log
@@ -486,17 +511,30 @@ class _Writes:
         self.pool = pool
         self.jobs: list[tuple[str, Path, Future[_Outcome]]] = []  # report, folder, job
         self.pending: deque[_Job] = deque()
-        self.joins: list[tuple[Report, Path, tuple]] = []  # a report written in parts: report, folder, _join's args
-        self.parts_done: set[Path] = set()
+        self.waiting: list[_Job] = []  # jobs waiting for files that other jobs make (run by `results`)
+        self.made: set[Path] = set()
+        self.pieces: dict[tuple[str, str], Path] = {}  # (format, report name) -> the file its piece is made in
         self.ready = threading.Condition()  # guards the above; notified when a job is queued or ends
         self.closed = False
         self.lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(workers or 0)]
 
-    def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo) -> None:
+    def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo,
+               make_pieces: Sequence[str] = (), take_pieces: bool = False) -> None:
+        """A job writing `reports` in `formats` into `out_dir`. `make_pieces`: formats of writers of every report at
+        once whose piece of the report (one) the job makes too; `take_pieces`: the job (one such format) takes the
+        pieces made for its reports."""
+        folder = self.staging.folder(out_dir)
+        make = {}
+        for fmt in make_pieces:
+            make[fmt] = folder / f".{info.profile_name}_{reports[0].file_suffix}.{fmt}.piece"
+            self.pieces[fmt, reports[0].name] = make[fmt]
+        given = {r.name: self.pieces.pop((formats[0], r.name)) for r in reports
+                 if (formats[0], r.name) in self.pieces} if take_pieces else {}
         formats = [fmt for fmt in formats if not self._in_parts(fmt, reports, out_dir, info)]
-        if formats:
-            self._queue(reports[0].name, out_dir, _write, (formats, reports, self.staging.folder(out_dir), out_dir,
-                                                           info))
+        if formats or make:
+            self._queue(_Job(reports[0].name, out_dir, _write, (formats, reports, folder, out_dir, info, None, make,
+                                                                 given), makes=tuple(make.values()),
+                             after=tuple(given.values())))
 
     def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> bool:
         """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued."""
@@ -513,17 +551,18 @@ class _Writes:
             part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
             stop = min(first + PART_ROWS, len(table))
             rows = _Rows(fmt, table, first, stop, part, info, ends=stop == len(table))
-            self._queue(report.name, out_dir, _write_rows, (rows,))
+            self._queue(_Job(report.name, out_dir, _write_rows, (rows,), makes=(part,)))
             parts.append(part)
-        self.joins.append((report, out_dir, (fmt, report, folder, out_dir, info, table.key, parts)))
+        self._queue(_Job(report.name, out_dir, _join, (fmt, report, folder, out_dir, info, table.key, parts),
+                         after=tuple(parts)))
         return True
 
-    def _queue(self, name: str, out_dir: Path, task: Callable[..., _Outcome], args: tuple) -> None:
-        if not self.lanes:
-            self.jobs.append((name, out_dir, self.pool.submit(task, *args)))
+    def _queue(self, job: _Job) -> None:
+        if not self.lanes:  # one writer thread: the jobs run in order, each after those it waits for
+            self.jobs.append((job.name, job.out_dir, self.pool.submit(job.task, *job.args)))
             return
         with self.ready:
-            self.pending.append((name, out_dir, task, args))
+            (self.waiting if job.after else self.pending).append(job)
             self.ready.notify()
 
     def _take(self) -> _Job | None:
@@ -535,22 +574,22 @@ class _Writes:
 
     def _lane(self) -> None:
         """A pool process's lane: its jobs one after the other, each started when the last has ended."""
-        while (taken := self._take()) is not None:
-            name, out_dir, task, args = taken
+        while (job := self._take()) is not None:
             try:  # a part of a table goes with its rows alone (sliced now: the queue holds no copies)
-                job = self.pool.submit(task, *(args[0].alone(),) if task is _write_rows else args)
+                future = self.pool.submit(job.task, *(job.args[0].alone(),) if job.task is _write_rows else job.args)
             except Exception as exc:  # a broken pool: raised by `results`
-                job = Future()
-                job.set_exception(exc)
+                future = Future()
+                future.set_exception(exc)
             with self.ready:
-                self.jobs.append((name, out_dir, job))
-            self._ended(task, args, job.exception() is None)  # (waits for it; its failure is raised by `results`)
+                self.jobs.append((job.name, job.out_dir, future))
+            self._ended(job, future.exception() is None)  # (waits for it; its failure is raised by `results`)
 
-    def _ended(self, task: Callable[..., object], args: tuple, ok: bool) -> None:
-        """A job has ended: a part is ready to join; a failure stops the writes."""
+    def _ended(self, job: _Job, ok: bool) -> None:
+        """A job has ended: the files it makes are ready for the jobs waiting for them; a failure stops the
+        writes."""
         with self.ready:
-            if ok and task is _write_rows:
-                self.parts_done.add(args[0].path)
+            if ok:
+                self.made.update(job.makes)
             self.ready.notify_all()
         if not ok:
             self._stop()
@@ -562,30 +601,30 @@ class _Writes:
             self.closed = True
             self.ready.notify_all()
 
-    def _done_here(self, name: str, out_dir: Path, task: Callable[..., _Outcome], args: tuple) -> None:
+    def _done_here(self, job: _Job) -> None:
         """A job run in this process, kept with the pool's (its failure too, raised by `results`)."""
-        job: Future[_Outcome] = Future()
+        future: Future[_Outcome] = Future()
         try:
-            job.set_result(task(*args))
+            future.set_result(job.task(*job.args))
         except Exception as exc:
-            job.set_exception(exc)
+            future.set_exception(exc)
         with self.ready:
-            self.jobs.append((name, out_dir, job))
-        self._ended(task, args, job.exception() is None)
+            self.jobs.append((job.name, job.out_dir, future))
+        self._ended(job, future.exception() is None)
 
     def _next(self) -> _Job | None:
-        """This process's next job in `results`: the join of a report whose parts have all been written, else the
-        next waiting job, else (while lanes write parts) the next join once ready; None when none is left or a job
-        has failed."""
+        """This process's next job in `results`: a job whose files to wait for are all made (the join of a report
+        written in parts, a writer that takes pieces), else the next waiting job, else (while lanes make those
+        files) the next of the former once ready; None when none is left or a job has failed."""
         with self.ready:
             while not self.closed:
-                for k, (report, out_dir, args) in enumerate(self.joins):
-                    if self.parts_done.issuperset(args[-1]):  # its parts
-                        del self.joins[k]
-                        return report.name, out_dir, _join, args
+                for k, job in enumerate(self.waiting):
+                    if self.made.issuperset(job.after):
+                        del self.waiting[k]
+                        return job
                 if self.pending:
                     return self.pending.popleft()
-                if not self.joins:
+                if not self.waiting:
                     return None
                 self.ready.wait()
             return None
@@ -608,9 +647,10 @@ class _Writes:
     def results(self, formats: list[str], names: list[str]) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
         raised once every job has ended, and then nothing is moved. This process takes the waiting jobs too
-        (one queue with the lanes), and joins each report written in parts as soon as its parts are."""
-        while (taken := self._next()) is not None:
-            self._done_here(*taken)
+        (one queue with the lanes), and those waiting for files (joins, writers taking pieces) as soon as their
+        files are made."""
+        while (job := self._next()) is not None:
+            self._done_here(job)
         self._stop()
         for lane in self.lanes:
             lane.join()
@@ -631,14 +671,25 @@ class _Writes:
 
 
 def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Path, info: RunInfo,
-           rows: dict[str, list[Path]] | None = None) -> _Outcome:
+           rows: dict[str, list[Path]] | None = None, make: dict[str, Path] | None = None,
+           given: dict[str, Path] | None = None) -> _Outcome:
     """One writer job (in a writer thread or a worker process): per format, the paths written in `staged` and the
-    time it took. `rows`: a table's rows are in these files (``_write_rows``'s parts, in order)."""
+    time it took. `rows`: a table's rows are in these files (``_write_rows``'s parts, in order). `make`: format ->
+    the file where the job saves that writer's piece of its report (one); `given`: report name -> the file holding
+    its piece for the format written (one), which the job takes (the files then go; a piece not there is made by
+    the writer)."""
     done = []
     for fmt in formats:
         began = time.perf_counter()
-        paths = write_staged(fmt, reports, staged, out_dir, info, rows)
+        pieces = {name: json.loads(path.read_bytes()) for name, path in (given or {}).items() if path.exists()}
+        paths = write_staged(fmt, reports, staged, out_dir, info, rows, pieces)
         done.append((fmt, paths, time.perf_counter() - began))
+    for path in (given or {}).values():
+        path.unlink(missing_ok=True)
+    for fmt, path in (make or {}).items():
+        began = time.perf_counter()
+        atomic_write(path, json.dumps(WRITERS[fmt].piece(reports[0])))  # type: ignore[attr-defined]
+        done.append((fmt, [], time.perf_counter() - began))
     return done
 
 

@@ -331,7 +331,7 @@ def test_the_pool_writes_while_the_reports_are_merged_one_job_after_another(tmp_
     release = {name: threading.Event() for name in "abc"}
     started: list[str] = []
 
-    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write: waits to be released
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # pipeline._write: waits to be released
         started.append(reports[0].name)
         assert release[reports[0].name].wait(30)
         return [("csv", [], 0.0)]
@@ -359,7 +359,7 @@ def test_this_process_and_the_pool_share_the_waiting_jobs(tmp_path: Path, monkey
     written: list[tuple[str, str]] = []  # report, thread that wrote it
     a_may_end = threading.Event()
 
-    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for pipeline._write
         name = reports[0].name
         written.append((name, threading.current_thread().name))
         if name == "a":  # on the pool, until this process has taken b
@@ -387,7 +387,7 @@ def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: 
     started: list[str] = []
     ended: list[str] = []
 
-    def write(formats, reports, staged, out_dir, info):  # stands for pipeline._write: a slow job
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for pipeline._write: a slow job
         started.append(reports[0].name)
         time.sleep(0.3)
         ended.append(reports[0].name)

@@ -281,6 +281,47 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
 
+def events(folder: Path) -> dict[str, list[bytes]]:
+    """Every TensorBoard run under `folder`: its events (wall times zeroed, the file header left out)."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+
+    runs: dict[str, list[bytes]] = {}
+    for path in sorted(folder.rglob("events.out.tfevents.*")):
+        for record in RawEventFileLoader(str(path)).Load():
+            event = event_pb2.Event.FromString(record)
+            if not event.HasField("file_version"):
+                event.wall_time = 0
+                runs.setdefault(path.parent.relative_to(folder).as_posix(), []).append(
+                    event.SerializeToString(deterministic=True))
+    return runs
+
+
+def test_the_pool_makes_the_text_dashboards_with_the_reports_files(multi, tmp_path, monkeypatch) -> None:
+    """Each report's text dashboards are made by the job that writes its files (on the pool's worker or here), and
+    the TensorBoard job takes them all: the event files hold what --workers=1 writes, and no piece is left over."""
+    from dlagg.writers import WRITERS
+
+    writer = WRITERS["tensorboard"]
+    taken: list[set[str]] = []
+
+    def write(reports, out_dir, info, pieces=None):
+        taken.append(set(pieces or ()))
+        return type(writer).write(writer, reports, out_dir, info, pieces=pieces)
+
+    monkeypatch.setattr(writer, "write", write)  # the TensorBoard job runs in this process (it waits for pieces)
+    args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-v", "quiet"]
+    for workers in (1, 2):
+        assert main([*args, f"--workers={workers}", f"--output_path={tmp_path / str(workers)}"]) == 0
+    shown = {"summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems", "ranks",
+             "collectives"}
+    assert taken == [shown, shown]
+    one, two = events(tmp_path / "1" / "event_files"), events(tmp_path / "2" / "event_files")
+    assert sorted(one) == ["dlagg", "dlagg/rank0", "dlagg/rank1"]
+    assert two == one
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".piece")]
+
+
 def written_in_parts(monkeypatch, args: list[str], out: Path) -> list[tuple[str, str, int]]:
     """Run dlagg in process with parts of 1,024 rows; the reports joined from parts: (report, format, parts)."""
     from dlagg import pipeline

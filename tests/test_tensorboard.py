@@ -19,6 +19,7 @@ from dlagg.pipeline import run
 from dlagg.reports import Report, Table
 from dlagg.reports.figures import NS, PERCENT, Field, with_rank
 from dlagg.reports.summary import ITERATION_FIELDS, OP_TYPE_ITERATION_FIELDS
+from dlagg.writers import WRITERS, RunInfo
 from dlagg.writers.tensorboard_writer import (
     TEXT_CELL_PX,
     TEXT_PAGE_ROWS,
@@ -439,6 +440,33 @@ def _summary(op_types: list[str], iterations: list[int], gpu_ns: list[int], star
     return Report("summary", "summary", (Table("iterations", "Iterations", ITERATION_FIELDS, its, csv=False),
                                          Table("op_type_iterations", "Op types", OP_TYPE_ITERATION_FIELDS, per,
                                                csv=False)))
+
+
+def test_pieces_made_beforehand_are_shown_as_given(tmp_path) -> None:
+    """A report's piece (its text dashboards), made beforehand by the job that wrote its files, is what the writer
+    shows for it; a report without one gets its texts made by the writer, the texts `piece` makes."""
+    summary = _summary(["conv", "gemm"], [1, 2], [1_000_000, 2_000_000], 0, 4)
+    fields = (Field("op_type", "Op Type"), Field("calls", "# Calls"))
+    op_type = Report("op_type", "op_type", (Table("op_types", "Op Type Summary Report", fields,
+                                                  pd.DataFrame({"op_type": ["conv", "gemm"], "calls": [3, 1]})),))
+    kernels = Table("kernels", "Kernel Report", (Field("name", "Kernel Name"), Field("calls", "Calls")),
+                    pd.DataFrame({"name": ["sgemm"], "calls": [7]}))
+    kernel = Report("kernel", "kernel", (kernels,))
+    info = RunInfo(source="x.sqlite", nsys_version="2022.4", key_node="step", key_node_reason="given",
+                   iterations_total=5, iter_start=0, iter_stop=4, iteration_window_ns=(0, 1), profile_name="dlagg",
+                   dlagg_version="0", reports=("op_type", "kernel"))
+    writer = WRITERS["tensorboard"]
+    made = writer.piece(op_type)
+    assert made == {"op_type/Op Type Summary Report": "| Op Type | # Calls |\n|---|---:|\n| conv | 3 |\n| gemm | 1 |"}
+    writer.write([summary, op_type, kernel], tmp_path / "made", info)
+    writer.write([summary, op_type, kernel], tmp_path / "given", info,
+                 pieces={"op_type": {"op_type/Op Type Summary Report": "made beforehand"}})
+    by_writer, given = read_run(tmp_path / "made" / "dlagg").texts, read_run(tmp_path / "given" / "dlagg").texts
+    assert by_writer["op_type/Op Type Summary Report"] == made["op_type/Op Type Summary Report"]
+    assert given["op_type/Op Type Summary Report"] == "made beforehand"
+    kernel_text = "| Kernel Name | Calls |\n|---|---:|\n| sgemm | 7 |"
+    assert given["kernel/Kernel Report"] == by_writer["kernel/Kernel Report"] == kernel_text
+    assert set(given) == set(by_writer) == {"run/metadata", "op_type/Op Type Summary Report", "kernel/Kernel Report"}
 
 
 def _op_type_series(summary: Report) -> pd.DataFrame:

@@ -57,6 +57,11 @@ class Writer(Protocol):
     # whether its file has `table`'s rows; ``rows(table, info, last)``, the text of `table`'s rows alone (a
     # table of some rows of the report's, `last`: they end it); and ``write(reports, out_dir, info, rows=)``
     # taking `rows`, table key -> files holding that table's rows (those texts, in order).
+    #
+    # Optional, for a writer of every report at once (``per_report`` False) that renders each report on its own
+    # (TensorBoard's text dashboards): ``piece(report)``, what it makes of `report` alone (JSON-able), and
+    # ``write(reports, out_dir, info, pieces=)`` taking `pieces`, report name -> its piece, made beforehand (by
+    # the job that wrote the report's files, while the next reports were built); it makes those not given.
 
 
 WRITERS: dict[str, Writer] = {}

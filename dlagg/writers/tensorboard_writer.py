@@ -2,7 +2,8 @@
 
 Contract: ``write(reports, out_dir, info)`` with ``out_dir = <output_path>/<tb_dir>``; `reports`
 include the summary, whose per-iteration figures are charted whichever reports were asked for
-(dashboards show the reports named in ``info.reports``). It writes one TensorBoard run per
+(dashboards show the reports named in ``info.reports``; ``piece(report)`` makes one report's
+beforehand, and ``write(..., pieces=)`` takes them). It writes one TensorBoard run per
 profile, so several profiles sit side by side under one ``--logdir``:
 
     <out_dir>/<profile_name>/events.out.tfevents.*                     run "<profile_name>"
@@ -49,7 +50,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -401,28 +402,35 @@ def metadata_markdown(info: RunInfo, reports: Sequence[Report]) -> str:
     return md_table(["Name", "Value"], [[md_escape(n), MARKDOWN.value(v)] for n, v in rows], [False, False])
 
 
-def text_dashboards(reports: Sequence[Report], info: RunInfo) -> dict[str, str]:
-    """Text tag -> Markdown, in display order: ``<report>/<section title>``, and for a table of
-    several pages ``<report>/<section title>/page 01 of 12``."""
+def report_texts(report: Report) -> dict[str, str]:
+    """One report's text dashboards, tag -> Markdown in display order: ``<report>/<section title>``, and
+    for a table of several pages ``<report>/<section title>/page 01 of 12``."""
+    if report.name in TEXT_SKIP_REPORTS:
+        return {f"{report.name}/{report.main.title}": (
+            f"_One row per kernel launch ({len(report.main):,} rows): charted per iteration in the scalars "
+            "(kernels launched, Tensor Core share); the rows are in the CSV/JSON report._")}
+    texts = {}
+    for table in report.tables:
+        if not (table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES):
+            continue
+        pages = table_markdown(table, report)
+        digits = len(str(len(pages)))
+        for k, page in enumerate(pages):  # pages of one table
+            suffix = f"/page {k + 1:0{digits}d} of {len(pages)}" if len(pages) > 1 else ""
+            texts[f"{report.name}/{table.title}{suffix}"] = page
+    return texts
+
+
+def text_dashboards(reports: Sequence[Report], info: RunInfo,
+                    given: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
+    """Text tag -> Markdown, in display order: the run's metadata and warnings, then each report's
+    (`report_texts`; those in `given`, report name -> its texts, as given)."""
     texts = {"run/metadata": metadata_markdown(info, reports)}
     warnings = one_per_cause(w for r in reports for w in r.warnings)
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:
-        if report.name in TEXT_SKIP_REPORTS:
-            rows = len(report.main)
-            texts[f"{report.name}/{report.main.title}"] = (
-                f"_One row per kernel launch ({rows:,} rows): charted per iteration in the scalars "
-                "(kernels launched, Tensor Core share); the rows are in the CSV/JSON report._")
-            continue
-        for table in report.tables:
-            if not (table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES):
-                continue
-            pages = table_markdown(table, report)
-            digits = len(str(len(pages)))
-            for k, page in enumerate(pages):  # pages of one table
-                suffix = f"/page {k + 1:0{digits}d} of {len(pages)}" if len(pages) > 1 else ""
-                texts[f"{report.name}/{table.title}{suffix}"] = page
+        texts.update(given[report.name] if given and report.name in given else report_texts(report))
     return texts
 
 
@@ -562,8 +570,9 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
 
 
 def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], runs_per_rank: int,
-                   wall_time: float) -> list:
-    """Step 0: the text dashboards, the reports' images and the custom-scalars layout (when there are scalars)."""
+                   wall_time: float, texts: Mapping[str, Mapping[str, str]] | None = None) -> list:
+    """Step 0: the text dashboards (those of `texts` as given), the reports' images and the custom-scalars
+    layout (when there are scalars)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
     from tensorboard.plugins.image import metadata as image_metadata
@@ -571,7 +580,7 @@ def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str]
     from tensorboard.util import tensor_util
 
     summary = summary_pb2.Summary()
-    for tag, markdown in text_dashboards(reports, info).items():
+    for tag, markdown in text_dashboards(reports, info, texts).items():
         summary.value.extend(text_pb(tag, markdown).value)
     for report in reports:
         for image in report.images:
@@ -615,7 +624,12 @@ class TensorboardWriter:
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [out_dir / profile_name]
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+    def piece(self, report: Report) -> dict[str, str]:
+        """What `write` shows of `report` alone, made beforehand (see writers/base.py): its text dashboards."""
+        return report_texts(report)
+
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         summary = next((r for r in reports if r.name == "summary"), None)
         if summary is None and not any(r.images for r in reports):
             raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
@@ -640,7 +654,7 @@ class TensorboardWriter:
             for run, part in outside:
                 if len(part):
                     runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
-        runs[""] = _static_events(shown, info, tags, runs_per_rank, wall_time) + runs.get("", [])
+        runs[""] = _static_events(shown, info, tags, runs_per_rank, wall_time, pieces) + runs.get("", [])
         final = out_dir / info.profile_name
         out_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
