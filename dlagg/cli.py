@@ -48,6 +48,7 @@ from .record import (
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .writers import WRITERS, how_to_open
+from .writers.base import written_line
 
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
 OUT_OF_MEMORY = 1  # not a bug: the run needs more memory than it was given
@@ -528,9 +529,7 @@ def _finish(result: Any, options: Options, log: Log, args: argparse.Namespace, r
     if not result.written:
         log.result("error: no report could be written for this export (see the warnings above)")
         return failed or 1
-    folders = sorted({str(p.parent) for p in result.written})
-    log.result(f"wrote {len(result.written)} file(s) to {', '.join(folders)}: "
-               + ", ".join(p.name for p in result.written))
+    log.result(written_line(result.written))
     for line in how_to_open(result.written):
         log.result(line)
     if failed:

@@ -12,6 +12,7 @@ import pytest
 from dlagg.options import Options
 from dlagg.pipeline import run
 from dlagg.reports.figures import NS, PERCENT, Field, Table, key_values
+from dlagg.writers.base import written_line
 from dlagg.writers.csv_writer import format_table
 
 from .conftest import recording
@@ -120,3 +121,14 @@ def test_outputs_are_complete_files(outputs: Path) -> None:
     assert not [p for p in outputs.iterdir() if p.name.startswith(".")]  # no temp files left behind
     for path in outputs.glob("*.json"):
         json.loads(path.read_text())
+
+
+def test_the_written_line_names_each_folder_once() -> None:
+    """Folders holding files of the same names (the ranks' folders, the ranks' TensorBoard runs) are named once."""
+    out, runs = Path("/out"), Path("/out/event_files/p")
+    written = [out / "p_summary.csv", out / "p_kernel.csv", out / "rank0" / "p_summary.csv",
+               out / "rank1" / "p_summary.csv", out / "rank2" / "p_summary.csv", runs / "rank0" / "events.x",
+               runs / "rank1" / "events.x", runs / "events.x"]
+    assert written_line(written) == ("wrote 8 files: /out: p_summary.csv, p_kernel.csv; 3 folders in /out (rank0 to "
+                                     "rank2): p_summary.csv; 3 folders under /out/event_files/p: events.x")
+    assert written_line([out / "p_summary.csv"]) == "wrote 1 file: /out: p_summary.csv"

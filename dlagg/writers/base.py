@@ -91,6 +91,27 @@ def how_to_open(written: Sequence[Path]) -> list[str]:
     return lines
 
 
+def written_line(written: Sequence[Path]) -> str:
+    """What a run wrote, in one line: each folder and its files' names, in the order written; folders holding
+    files of the same names (each rank's folder with --per_rank, each rank's TensorBoard run) named once, with
+    how many there are."""
+    by_folder: dict[Path, list[str]] = {}
+    for path in written:  # files, not events
+        by_folder.setdefault(path.parent, []).append(path.name)
+    alike: dict[tuple[str, ...], list[Path]] = {}
+    for folder, names in by_folder.items():
+        alike.setdefault(tuple(names), []).append(folder)
+    parts = []
+    for names, folders in alike.items():
+        where = str(folders[0])
+        if len(folders) > 1 and len({f.parent for f in folders}) == 1:
+            where = f"{len(folders)} folders in {folders[0].parent} ({folders[0].name} to {folders[-1].name})"
+        elif len(folders) > 1:  # a TensorBoard run and its ranks' runs below it
+            where = f"{len(folders)} folders under {os.path.commonpath(folders)}"
+        parts.append(f"{where}: {', '.join(names)}")
+    return f"wrote {len(written)} file{'' if len(written) == 1 else 's'}: {'; '.join(parts)}"
+
+
 def _read_umask() -> int:
     umask = os.umask(0)  # the only way to read it is to set it: done once, at import, before any writer thread
     os.umask(umask)
