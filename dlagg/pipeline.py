@@ -558,7 +558,7 @@ class _Writes:
         return True
 
     def _queue(self, job: _Job) -> None:
-        if not self.lanes:  # one writer thread: the jobs run in order, each after those it waits for
+        if not self.lanes:  # one writer thread (WRITE_THREADS): in the order queued, so after the jobs it waits for
             self.jobs.append((job.name, job.out_dir, self.pool.submit(job.task, *job.args)))
             return
         with self.ready:
