@@ -53,7 +53,7 @@ from .reports.figures import Table
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
 from .writers.base import atomic_write
-from .writers.staging import Staging, check_output_names, write_staged
+from .writers.staging import Staging, check_output_names, output_error, write_staged
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -688,7 +688,10 @@ def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Pat
         path.unlink(missing_ok=True)
     for fmt, path in (make or {}).items():
         began = time.perf_counter()
-        atomic_write(path, json.dumps(WRITERS[fmt].piece(reports[0])))  # type: ignore[attr-defined]
+        try:
+            atomic_write(path, json.dumps(WRITERS[fmt].piece(reports[0])))  # type: ignore[attr-defined]
+        except OSError as exc:
+            raise output_error(exc, out_dir, f"the {fmt} outputs") from None
         done.append((fmt, [], time.perf_counter() - began))
     return done
 

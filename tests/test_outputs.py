@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from dlagg import pipeline
@@ -26,6 +27,8 @@ from dlagg.errors import OptionsError, OutputError
 from dlagg.log import Log
 from dlagg.options import Options
 from dlagg.pipeline import run
+from dlagg.reports import Report, Table
+from dlagg.reports.figures import Field
 from dlagg.writers import RunInfo
 from dlagg.writers import staging as staging_module
 from dlagg.writers.staging import HOST, JOURNAL, STAGING, Staging, output_error
@@ -262,6 +265,17 @@ def test_output_errors_name_the_folder_the_cause_and_what_to_do(code: int, cause
     message = str(output_error(OSError(code, os.strerror(code)), Path("/runs/out"), "the csv outputs"))
     assert message.startswith(f"/runs/out: cannot write the csv outputs: {cause}; the previous outputs are "
                               f"unchanged; {todo}") and "\n" not in message
+
+
+def test_a_piece_that_cannot_be_saved_is_an_output_error(tmp_path: Path) -> None:
+    """A report's TensorBoard piece is saved in the staging folder by the job that writes the report's files: an
+    OSError there is the one output error that names the output folder, as for the files themselves."""
+    fields = (Field("name", "Kernel Name"),)
+    report = Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, pd.DataFrame({"name": ["k"]})),))
+    gone = tmp_path / "staging-removed" / ".dlagg_kernel.tensorboard.piece"
+    with pytest.raises(OutputError) as raised:
+        pipeline._write([], [report], tmp_path, Path("/runs/out"), INFO, None, {"tensorboard": gone})
+    assert str(raised.value).startswith("/runs/out: cannot write the tensorboard outputs: ")
 
 
 # ---- a real file-size limit -------------------------------------------------------------------------------
