@@ -550,7 +550,7 @@ class _Writes:
         for first in range(0, len(table), PART_ROWS):
             part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
             stop = min(first + PART_ROWS, len(table))
-            rows = _Rows(fmt, table, first, stop, part, info, ends=stop == len(table))
+            rows = _Rows(fmt, table, first, stop, part, out_dir, info, ends=stop == len(table))
             self._queue(_Job(report.name, out_dir, _write_rows, (rows,), makes=(part,)))
             parts.append(part)
         self._queue(_Job(report.name, out_dir, _join, (fmt, report, folder, out_dir, info, table.key, parts),
@@ -708,13 +708,14 @@ def _join(fmt: str, report: Report, staged: Path, out_dir: Path, info: RunInfo, 
 @dataclass(frozen=True)
 class _Rows:
     """Rows first..stop-1 of a big table, to be formatted by the writer of `fmt` into `path`: a part of its file
-    (in the staging folder; the report's write then joins the parts)."""
+    (in the staging folder of `out_dir`, where the report goes; the report's write then joins the parts)."""
 
     fmt: str
     table: Table
     first: int
     stop: int
     path: Path
+    out_dir: Path
     info: RunInfo
     ends: bool  # these rows end the table (JSON: no comma after the last)
 
@@ -731,5 +732,8 @@ def _write_rows(rows: _Rows) -> _Outcome:
     own)."""
     began = time.perf_counter()
     rows = rows.alone()
-    atomic_write(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends))
+    try:
+        atomic_write(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends))
+    except OSError as exc:
+        raise output_error(exc, rows.out_dir, f"the {rows.fmt} outputs") from None
     return [(rows.fmt, [], time.perf_counter() - began)]

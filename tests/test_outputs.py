@@ -267,15 +267,19 @@ def test_output_errors_name_the_folder_the_cause_and_what_to_do(code: int, cause
                               f"unchanged; {todo}") and "\n" not in message
 
 
-def test_a_piece_that_cannot_be_saved_is_an_output_error(tmp_path: Path) -> None:
-    """A report's TensorBoard piece is saved in the staging folder by the job that writes the report's files: an
-    OSError there is the one output error that names the output folder, as for the files themselves."""
+def test_a_piece_or_part_that_cannot_be_saved_is_an_output_error(tmp_path: Path) -> None:
+    """A report's TensorBoard piece, and a part of a big table, are saved in the staging folder by jobs of their
+    own: an OSError there is the one output error that names the output folder, as for the files themselves."""
     fields = (Field("name", "Kernel Name"),)
     report = Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, pd.DataFrame({"name": ["k"]})),))
     gone = tmp_path / "staging-removed" / ".dlagg_kernel.tensorboard.piece"
     with pytest.raises(OutputError) as raised:
         pipeline._write([], [report], tmp_path, Path("/runs/out"), INFO, None, {"tensorboard": gone})
     assert str(raised.value).startswith("/runs/out: cannot write the tensorboard outputs: ")
+    part = pipeline._Rows("csv", report.main, 0, 1, gone.with_suffix(".part"), Path("/runs/out"), INFO, ends=True)
+    with pytest.raises(OutputError) as raised:  # so is a part of a big table, formatted by a job of its own
+        pipeline._write_rows(part)
+    assert str(raised.value).startswith("/runs/out: cannot write the csv outputs: ")
 
 
 # ---- a real file-size limit -------------------------------------------------------------------------------
