@@ -71,17 +71,18 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     has_api = kernels["api_start"].to_numpy() >= 0
     api_start = kernels["api_start"].to_numpy()
     start = kernels["start"].to_numpy()
-    frame = pd.DataFrame({
-        "iteration": kernels["iteration"].to_numpy(),
+    frame = pd.DataFrame({  # small integers as int32: a job's parent holds every rank's rows (docs/ranks.md)
+        "iteration": kernels["iteration"].to_numpy().astype(np.int32),
         **{key: ops[key] for key in ("op_id", "op_name", "direction", "op_type")},
         "kernel_name": short,
-        "device_id": kernels["device_id"].to_numpy(),
+        "device_id": kernels["device_id"].to_numpy().astype(np.int32),
         "gpu_start_ns": start,
         "gpu_duration_ns": kernels["end"].to_numpy() - start,
         "api_start_ns": _nullable(api_start, has_api),
         "api_duration_ns": _nullable(kernels["api_end"].to_numpy() - api_start, has_api),
         "uses_tc": ctx.uses_tc(kernels["name_id"].to_numpy()),
-        **{key: rows[key].to_numpy() for key in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")},
+        **{key: rows[key].to_numpy().astype(np.int32) for key in ("grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                                                                   "block_z")},
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
         "parameters": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
