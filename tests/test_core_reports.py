@@ -168,3 +168,20 @@ def test_library_run_without_any_output_format_builds_reports(tmp_path: Path) ->
                          output_path=tmp_path, suppress_tb_files=True, verbosity="quiet"))
     assert [r.name for r in result.reports] == ["kernel"] and result.written == ()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_iteration_report_grid_sizes_are_shown_as_recorded(tmp_path: Path) -> None:
+    """Grid and block sizes fit 32 bits in any real export (CUDA's limits) and are held so in the iteration report;
+    a damaged export's larger size is shown as recorded, not wrapped."""
+    from . import dlprof_csv
+    from .builders import ExportBuilder
+
+    b = ExportBuilder()
+    for i, grid in enumerate([(2**33, 1, 1), (4, 65535, 1)]):
+        b.range(1000 * i, 1000 * i + 900, "train_step")
+        b.launch(1000 * i + 10, 1000 * i + 20, 1000 * i + 100, 1000 * i + 700, name="gemm", grid=grid)
+    path = b.write(tmp_path / "grid.sqlite")
+    run(Options(nsys_database=str(path), reports=("iteration",), formats=("csv",), output_path=tmp_path / "out",
+                suppress_tb_files=True, verbosity="quiet"))
+    rows = dlprof_csv.table(tmp_path / "out" / "dlagg_iteration.csv")
+    assert rows["Grid X"].tolist() == [2**33, 4] and rows["Grid Y"].tolist() == [1, 65535]

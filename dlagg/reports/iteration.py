@@ -55,6 +55,18 @@ def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray
     return pd.arrays.IntegerArray(np.where(present, values, 0).astype(np.int64), ~present)
 
 
+DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    """Integers as int32 when they all fit (a job's parent holds every rank's rows: docs/ranks.md), else as they
+    are (a damaged export's grid size is shown as recorded, not wrapped)."""
+    info = np.iinfo(np.int32)
+    if len(values) and (values.min() < info.min or values.max() > info.max):
+        return values
+    return values.astype(np.int32)
+
+
 @report("iteration", requires={"kernels"}, bulk=True)
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Every kernel launch of the aggregated iterations: iteration, timing, launch API, grid and block."""
@@ -71,18 +83,17 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     has_api = kernels["api_start"].to_numpy() >= 0
     api_start = kernels["api_start"].to_numpy()
     start = kernels["start"].to_numpy()
-    frame = pd.DataFrame({  # small integers as int32: a job's parent holds every rank's rows (docs/ranks.md)
-        "iteration": kernels["iteration"].to_numpy().astype(np.int32),
+    frame = pd.DataFrame({
+        "iteration": _small(kernels["iteration"].to_numpy()),
         **{key: ops[key] for key in ("op_id", "op_name", "direction", "op_type")},
         "kernel_name": short,
-        "device_id": kernels["device_id"].to_numpy().astype(np.int32),
+        "device_id": _small(kernels["device_id"].to_numpy()),
         "gpu_start_ns": start,
         "gpu_duration_ns": kernels["end"].to_numpy() - start,
         "api_start_ns": _nullable(api_start, has_api),
         "api_duration_ns": _nullable(kernels["api_end"].to_numpy() - api_start, has_api),
         "uses_tc": ctx.uses_tc(kernels["name_id"].to_numpy()),
-        **{key: rows[key].to_numpy().astype(np.int32) for key in ("grid_x", "grid_y", "grid_z", "block_x", "block_y",
-                                                                   "block_z")},
+        **{key: _small(rows[key].to_numpy()) for key in DIMS},
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
         "parameters": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
