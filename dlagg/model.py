@@ -153,6 +153,10 @@ class NvtxDetails(Protocol):
         ...
 
 
+# A kernel's launch configuration: its columns in ``Profile.kernels``.
+LAUNCH_DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
 @dataclass(frozen=True)
 class Profile:
     """What the reader returns. Nothing downstream touches SQLite, but for `nvtx_details`, which

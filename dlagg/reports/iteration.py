@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..context import RankContext
-from ..model import categorical
+from ..model import LAUNCH_DIMS, categorical
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table, with_rank
@@ -55,9 +55,6 @@ def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray
     return pd.arrays.IntegerArray(np.where(present, values, 0).astype(np.int64), ~present)
 
 
-DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-
 def _small(values: np.ndarray) -> np.ndarray:
     """Integers as int32 when they all fit (a job's parent holds every rank's rows: docs/ranks.md), else as they
     are (a damaged export's grid size is shown as recorded, not wrapped)."""
@@ -93,7 +90,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "api_start_ns": _nullable(api_start, has_api),
         "api_duration_ns": _nullable(kernels["api_end"].to_numpy() - api_start, has_api),
         "uses_tc": ctx.uses_tc(kernels["name_id"].to_numpy()),
-        **{key: _small(rows[key].to_numpy()) for key in DIMS},
+        **{key: _small(rows[key].to_numpy()) for key in LAUNCH_DIMS},
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
         "parameters": categorical(np.full(len(kernels), -1, dtype=np.int64), []),

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model import Iterations, Profile, factorize_ids
+from ..model import LAUNCH_DIMS, Iterations, Profile, factorize_ids
 from ..timeline.correlate import KERNEL, gpu_work
 
 MANGLED, DEMANGLED, BASE = "mangled name", "demangled name", "base name"
 TIERS = (MANGLED, DEMANGLED, BASE)
-DIMS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 _ANONYMOUS = re.compile(r"<unnamed>|\(anonymous namespace\)")
 _CAST = re.compile(r"\((?:(?:unsigned|signed|long|short|const)\s+)*[A-Za-z_][\w:]*\)(?=-?\d)")
@@ -179,8 +178,8 @@ def match_kernels(kernels: pd.DataFrame, profile: Profile, iterations: Iteration
 
     ncu_names = kernels["name"].astype(str).to_numpy(dtype=object)
     use_device = "device" in kernels and np.isin(kernels["device"].to_numpy(), nk["device_id"].to_numpy()).all()
-    ncu_dims = kernels[list(DIMS)].to_numpy(dtype=np.int64)
-    nsys_dims = nk[list(DIMS)].to_numpy(dtype=np.int64)
+    ncu_dims = kernels[list(LAUNCH_DIMS)].to_numpy(dtype=np.int64)
+    nsys_dims = nk[list(LAUNCH_DIMS)].to_numpy(dtype=np.int64)
     if use_device:
         ncu_dims = np.column_stack([ncu_dims, kernels["device"].to_numpy()])
         nsys_dims = np.column_stack([nsys_dims, nk["device_id"].to_numpy()])
