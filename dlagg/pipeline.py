@@ -52,8 +52,7 @@ from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.figures import Table
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
-from .writers.base import atomic_write
-from .writers.staging import Staging, check_output_names, output_error, write_staged
+from .writers.staging import Staging, check_output_names, write_staged, write_staged_file
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -530,14 +529,15 @@ class _Writes:
             self.pieces[fmt, reports[0].name] = make[fmt]
         given = {r.name: self.pieces.pop((formats[0], r.name)) for r in reports
                  if (formats[0], r.name) in self.pieces} if take_pieces else {}
-        formats = [fmt for fmt in formats if not self._in_parts(fmt, reports, out_dir, info)]
+        formats = [fmt for fmt in formats if not self._in_parts(fmt, reports, out_dir, folder, info)]
         if formats or make:
             self._queue(_Job(reports[0].name, out_dir, _write, (formats, reports, folder, out_dir, info, None, make,
                                                                  given), makes=tuple(make.values()),
                              after=tuple(given.values())))
 
-    def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, info: RunInfo) -> bool:
-        """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued."""
+    def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, folder: Path, info: RunInfo) -> bool:
+        """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued, their
+        files in `folder` (`out_dir`'s in the staging folder)."""
         writer = WRITERS[fmt]
         if not self.lanes or len(reports) != 1 or not hasattr(writer, "rows"):
             return False
@@ -545,7 +545,6 @@ class _Writes:
         table = max(report.tables, key=len, default=None)
         if table is None or len(table) <= 2 * PART_ROWS or not writer.writes_rows(table):
             return False
-        folder = self.staging.folder(out_dir)
         parts = []
         for first in range(0, len(table), PART_ROWS):
             part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
@@ -679,19 +678,16 @@ def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Pat
     its piece for the format written (one), which the job takes (the files then go; a piece not there is made by
     the writer)."""
     done = []
+    pieces = {name: json.loads(path.read_bytes()) for name, path in (given or {}).items() if path.exists()}
     for fmt in formats:
         began = time.perf_counter()
-        pieces = {name: json.loads(path.read_bytes()) for name, path in (given or {}).items() if path.exists()}
         paths = write_staged(fmt, reports, staged, out_dir, info, rows, pieces)
         done.append((fmt, paths, time.perf_counter() - began))
     for path in (given or {}).values():
         path.unlink(missing_ok=True)
     for fmt, path in (make or {}).items():
         began = time.perf_counter()
-        try:
-            atomic_write(path, json.dumps(WRITERS[fmt].piece(reports[0])))  # type: ignore[attr-defined]
-        except OSError as exc:
-            raise output_error(exc, out_dir, f"the {fmt} outputs") from None
+        write_staged_file(path, json.dumps(WRITERS[fmt].piece(reports[0])), out_dir, fmt)  # type: ignore[attr-defined]
         done.append((fmt, [], time.perf_counter() - began))
     return done
 
@@ -732,8 +728,5 @@ def _write_rows(rows: _Rows) -> _Outcome:
     own)."""
     began = time.perf_counter()
     rows = rows.alone()
-    try:
-        atomic_write(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends))
-    except OSError as exc:
-        raise output_error(exc, rows.out_dir, f"the {rows.fmt} outputs") from None
+    write_staged_file(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
     return [(rows.fmt, [], time.perf_counter() - began)]

@@ -56,14 +56,14 @@ import tempfile
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..errors import OptionsError, OutputError
 from ..reports.base import Report
-from .base import WRITERS, RunInfo
+from .base import WRITERS, RunInfo, atomic_write
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -365,6 +365,17 @@ def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Pat
     given = {"rows": rows} if rows else {"pieces": pieces} if pieces else {}  # (taken by the writers that can)
     try:
         return writer.write(reports, staged, info, **given)
+    except OSError as exc:
+        raise output_error(exc, out_dir, f"the {fmt} outputs") from None
+
+
+def write_staged_file(path: Path, content: str | bytes | Iterable[str | bytes | memoryview], out_dir: Path,
+                      fmt: str) -> None:
+    """`content` saved at `path`, a file of `Staging.folder(out_dir)` that a later job takes (a report's piece for
+    a writer of every report, a part of a big table), atomically, in this process or a worker process; an OSError
+    is the output error that names `out_dir`, as in `write_staged`."""
+    try:
+        atomic_write(path, content)
     except OSError as exc:
         raise output_error(exc, out_dir, f"the {fmt} outputs") from None
 
