@@ -7,8 +7,9 @@ few milliseconds (so clock alignment has work to do). The copies keep each rank'
 rank has the 60 collectives of the original and they match across ranks.
 
 dlagg runs as installed (``pip install .``: its bytecode compiled once, not at every start). It prints,
-from one run: the wall time of ``python -m dlagg --reports=all --formats=csv,json`` (a subprocess,
-start-up and imports included: until the command exits, as a shell waits for it) on 1 rank; 16 ranks
+from one run: the wall time of ``python -m dlagg --reports=all`` (a subprocess, start-up and imports
+included: until the command exits, as a shell waits for it; dlagg's default outputs, the CSV reports and
+TensorBoard event files, unless ``--formats`` or ``--no-tensorboard`` say otherwise) on 1 rank; 16 ranks
 with 1 worker (in process) and with 2 workers (this process and a pool of one worker process; the
 machine has two cores); 64 ranks with 2 workers; the peak RSS of the parent (``ru_maxrss`` of the dlagg
 process, from wait4) and of the largest worker process (what the worker processes report at -v
@@ -39,6 +40,7 @@ files each, linked into two folders), each by a 1-worker dlagg, one after the ot
 That ratio is the ceiling for the 2-worker run, which does the same work in two processes.
 
     python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3] [--large 256]
+                                     [--formats csv,json] [--no-tensorboard]
 """
 
 from __future__ import annotations
@@ -128,9 +130,12 @@ def compile_dlagg() -> None:
         compileall.compile_dir(folder, quiet=1)
 
 
+OUTPUTS: list[str] = []  # dlagg's own default (CSV and TensorBoard event files); main() may set others
+
+
 def run(folder: Path, workers: int, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
-    args = [f"--nsys_database={folder}", "--reports=all", "--formats=csv,json", "-b", "-f", f"--workers={workers}",
+    args = [f"--nsys_database={folder}", "--reports=all", *OUTPUTS, "-f", f"--workers={workers}",
             f"--output_path={out}", "-v", "detailed"]
     lines: list[tuple[float, str]] = []  # stderr, each line with when it came (read as it comes, by a thread)
     began = time.perf_counter()
@@ -219,7 +224,13 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a bar fails")
     parser.add_argument("--large", type=int, default=0, metavar="N",
                         help="then N ranks with 2 workers, once (no bar; 11 MB of rank files per rank)")
+    parser.add_argument("--formats", default="", help="dlagg's --formats (default: dlagg's own, CSV and TensorBoard)")
+    parser.add_argument("--no-tensorboard", action="store_true",
+                        help="no TensorBoard event files (dlagg -b); runs 1-21 of docs/ranks.md: --formats=csv,json "
+                             "--no-tensorboard")
     args = parser.parse_args()
+    OUTPUTS[:] = [*([f"--formats={args.formats}"] if args.formats else []), *(["-b"] if args.no_tensorboard else [])]
+    print(f"dlagg --reports=all {' '.join(OUTPUTS)}".rstrip(), flush=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
     cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
     folders = {ranks: make_job(args.workdir, ranks) for ranks in (1, 16, 64)}
