@@ -511,7 +511,7 @@ def _run(options: Options, log: Log, args: argparse.Namespace, program: list[str
         check_outputs(options)  # a report in the way is found before the program runs, not after
         recorded = record(nsys, program, recording, log)
     ignore_file_size_signal()
-    result = run(options, log, worker_init=tune_process)
+    result = run(options, log, worker_init=tune_process, keep_rows=False)  # prints findings only
     return _finish(result, options, log, args, recorded, defaults)
 
 

@@ -47,6 +47,7 @@ from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_orde
 from .reports.roofline import tc_warning
 from .timeline.correlate import KERNEL
 from .timeline.iterations import detect_iterations, near_names
+from .writers.staging import output_error
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -122,11 +123,13 @@ def _rank_iterations(profile: Profile, options: Options, source: RankSource, sev
 
 def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
                 several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
-                log: Log | None = None) -> RankFigures:
+                log: Log | None = None, spill: Path | None = None) -> RankFigures:
     """One rank's figures (see the module docstring). `several`: one rank of several, which may have
     fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
     report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
-    iterations): an in-process run writes the report while the next is built."""
+    iterations): an in-process run writes the report while the next is built. `spill`: a folder where
+    the rows of the bulk reports (one per kernel launch) are kept instead of in the figures (reports/spilled.py:
+    a local pool's process, so that the job's parent never holds them)."""
     began = time.perf_counter()
     log = log or Log(0)
     with log.stage(f"read {source.path.name}"):
@@ -161,6 +164,14 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
             reports[name] = spec.build(ctx, {dep: reports[dep] for dep in spec.depends})
         if on_report is not None:
             on_report(reports[name], so_far)
+    if spill is not None:
+        for name, built in reports.items():
+            if REPORTS[name].bulk:  # the main table: one row per launch
+                try:
+                    kept = built.main.spill(spill / f"{name}.rank{source.rank}.pickle")
+                except OSError as exc:  # a full disk: the outputs cannot be written either
+                    raise output_error(exc, Path(options.output_path), f"the {name} report's rows") from None
+                reports[name] = replace(built, tables=(kept, *built.tables[1:]))
     outside = outside_warning(ctx)
     if outside:
         warnings.append(f"{outside}{where}")
@@ -344,7 +355,7 @@ def with_ncu_rank(options: Options, job: Job) -> Options:
     return options
 
 
-def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool) -> Callable[[RankSource],
-                                                                                             RankFigures]:
+def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool,
+              spill: Path | None = None) -> Callable[[RankSource], RankFigures]:
     """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask."""
-    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several)
+    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several, spill=spill)

@@ -251,8 +251,11 @@ def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None
     return None
 
 
-def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None) -> Result:
-    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings).
+def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], None] | None = None,
+        keep_rows: bool = True) -> Result:
+    """The whole job. `worker_init` runs first in every worker process (the CLI's allocator settings). `keep_rows`:
+    the result's reports hold all their rows; else the rows a local pool kept in files while it reduced the ranks
+    (reports/spilled.py) go with the run's staging folder (the command line, which prints findings only).
 
     Several files are probed for their ranks where the ranks will be reduced: on the Dask cluster, or on the local
     pool (this process and its workers), which then reduces the ranks and writes the reports; a file holding
@@ -302,8 +305,18 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 _submit_whole_job(writes, formats, built, names, comparison, options, info)
             if options.per_rank and several:
                 _submit_per_rank(writes, ranks, job, names, options)
+            if keep_rows:  # read before the files go with the staging folder
+                reports = _loaded(reports)
+                for rank in ranks:  # ranks, not events
+                    rank.reports.update(zip(rank.reports, _loaded(list(rank.reports.values())), strict=True))
             written = writes.results(formats, names)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _loaded(reports: list[Report]) -> list[Report]:
+    """The reports with every table's rows in memory (read from files where a pool kept them)."""
+    return [replace(r, tables=tuple(t.loaded() for t in r.tables)) if any(t.spilled for t in r.tables) else r
+            for r in reports]
 
 
 def _reduce(job: Job, options: Options, build: list[str], names: list[str], writes: _Writes, log: Log,
@@ -323,7 +336,10 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
             _submit_per_report(writes, formats, report, options, info)
 
     if len(job.sources) > 1:
-        task = rank_task(options, build, comm, several=True)
+        # on the local pool, the rows of the bulk reports stay where their rank was reduced (docs/ranks.md)
+        spill = writes.staging.scratch() if workers is not None and not options.scheduler and any(
+            REPORTS[n].bulk for n in build) else None
+        task = rank_task(options, build, comm, several=True, spill=spill)
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)
         info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
@@ -575,7 +591,7 @@ class _Writes:
         """A pool process's lane: its jobs one after the other, each started when the last has ended."""
         while (job := self._take()) is not None:
             try:  # a part of a table goes with its rows alone (sliced now: the queue holds no copies)
-                future = self.pool.submit(job.task, *(job.args[0].alone(),) if job.task is _write_rows else job.args)
+                future = self.pool.submit(job.task, *(job.args[0].sent(),) if job.task is _write_rows else job.args)
             except Exception as exc:  # a broken pool: raised by `results`
                 future = Future()
                 future.set_exception(exc)
@@ -715,11 +731,17 @@ class _Rows:
     info: RunInfo
     ends: bool  # these rows end the table (JSON: no comma after the last)
 
+    def sent(self) -> _Rows:
+        """What a worker process is sent: the part over its rows alone, or, rows kept in files (reports/spilled.py),
+        the part as it is: the worker reads its rows there."""
+        return self if self.table.spilled is not None else self.alone()
+
     def alone(self) -> _Rows:
-        """The same part over a table of its rows alone (what a worker process is sent)."""
-        if self.first == 0 and self.stop == len(self.table):
+        """The same part over a table of its rows alone (what a worker process is sent; rows kept in files are read
+        there)."""
+        if self.first == 0 and self.stop == len(self.table) and self.table.spilled is None:
             return self
-        frame = self.table.frame.iloc[self.first:self.stop]
+        frame = self.table.rows(self.first, self.stop)
         return replace(self, table=self.table.with_frame(frame), first=0, stop=len(frame))
 
 

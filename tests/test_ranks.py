@@ -352,6 +352,66 @@ def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_p
     assert {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()} == expected
 
 
+def test_on_the_pool_the_launches_stay_where_each_rank_was_reduced(multi, tmp_path) -> None:
+    """The iteration report's rows (one per kernel launch) of a rank reduced on the local pool are kept in a file
+    of the staging folder: the rank's figures hold none of them, the merged report only points at the files,
+    and the report written has every row (the bytes of --workers=1: the tests above). The files go with the
+    staging folder (the command line's run, `keep_rows=False`); a library call's result has the rows read back."""
+    options = Options(nsys_database=str(multi(PER)), reports=("all",), formats=("csv",), output_path=tmp_path,
+                      suppress_tb_files=True, workers=2, per_rank=True, verbosity="quiet")
+    result = pipeline_run(options, keep_rows=False)
+    for rank in result.ranks:
+        table = rank.reports["iteration"].main
+        assert table.spilled is not None and table._frame.empty and len(table) > 7000  # 7,116 kernels a rank
+    merged = next(r for r in result.reports if r.name == "iteration").main
+    assert merged.spilled is not None and merged._frame.empty
+    assert {b.source for b in merged.spilled.batches} == {0, 1}
+    assert len(merged) == len(pd.read_csv(tmp_path / "dlagg_iteration.csv", skiprows=1))
+    assert sum(len(r.reports["iteration"].main) for r in result.ranks) == len(merged)
+    assert not list(tmp_path.glob(".dlagg-staging*"))
+    with pytest.raises(RuntimeError, match="staging folder, which went when the run ended"):
+        merged.frame  # noqa: B018 - reading the rows is the test
+    kept = pipeline_run(replace(options, output_path=tmp_path / "kept"))
+    launches = next(r for r in kept.reports if r.name == "iteration").main
+    assert launches.spilled is None and len(launches.frame) == len(merged)
+    assert all(r.reports["iteration"].main.spilled is None for r in kept.ranks)
+    assert launches.frame["rank"].value_counts().sort_index().tolist() == [len(r.reports["iteration"].main)
+                                                                          for r in kept.ranks]
+
+
+def test_a_spilled_table_reads_back_any_rows_exactly(tmp_path, monkeypatch) -> None:
+    """Hand-built: rows saved in batches of 3, read back whole and in slices across batches, with their types
+    (categories, nullable integers); a stack of two with a finishing step per source."""
+    from dlagg.reports import spilled
+    from dlagg.reports.figures import Field, Table
+
+    monkeypatch.setattr(spilled, "BATCH_ROWS", 3)
+    frame = pd.DataFrame({"a": np.arange(10, dtype=np.int32), "b": pd.Categorical(list("xyzxyzxyzx")),
+                          "c": pd.array([1, None] * 5, dtype="Int64")})
+    table = Table("t", "T", (Field("a", "A"), Field("b", "B"), Field("c", "C")), frame)
+    kept = table.spill(tmp_path / "t.pickle")
+    assert len(kept) == 10 and kept._frame.empty and [b.rows for b in kept.spilled.batches] == [3, 3, 3, 1]
+    pd.testing.assert_frame_equal(kept.frame, frame)
+    for first, stop in [(0, 0), (2, 7), (3, 6), (4, 5), (9, 10), (0, 10)]:
+        pd.testing.assert_frame_equal(kept.rows(first, stop), frame.iloc[first:stop].reset_index(drop=True))
+    other = table.with_frame(frame.iloc[:4]).spill(tmp_path / "u.pickle")
+    both = spilled.stacked([kept.spilled, other.spilled], lambda rows, k: rows.assign(a=rows["a"] + 100 * k))
+    rows = pd.concat(b for b in both.read(8, 13))
+    assert rows["a"].tolist() == [8, 9, 100, 101, 102] and rows["b"].astype(str).tolist() == list("zxxyz")
+
+
+def test_a_rank_whose_launches_cannot_be_kept_is_an_output_error(multi, tmp_path) -> None:
+    from dlagg.errors import OutputError
+    from dlagg.job import reduce_rank
+
+    job = discover(input_paths(str(multi(PER))))
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    options = Options(nsys_database=str(multi(PER)), reports=("iteration",), output_path=tmp_path)
+    with pytest.raises(OutputError, match=f"{tmp_path}: cannot write the iteration report's rows"):
+        reduce_rank(job.sources[0], options, ("iteration",), several=True, spill=blocked)
+
+
 def test_on_dask_the_outputs_are_written_here_by_a_local_pool(multi, tmp_path, monkeypatch) -> None:
     """With --scheduler the cluster reduces the ranks and the outputs are written here, by this process and a local
     pool (--workers=2), big tables in parts: the same bytes as --workers=1."""

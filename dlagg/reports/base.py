@@ -101,13 +101,18 @@ class JobFigures:
 
     def renumber_ops(self, frame: pd.DataFrame) -> pd.DataFrame:
         """`frame` with its op_id column renumbered from its op_key column over the whole job."""
-        if "op_id" not in frame or frame.empty:
-            return frame
-        keys = frame["op_key"]
-        if isinstance(keys.dtype, pd.CategoricalDtype):  # per distinct key
-            ids = self.op_ids.reindex(keys.cat.categories.to_numpy()).fillna("").to_numpy(dtype=object)
-            return frame.assign(op_id=categorical(keys.cat.codes.to_numpy(), ids))
-        return frame.assign(op_id=self.op_ids.reindex(keys.to_numpy()).fillna("").to_numpy(dtype=object))
+        return renumber_ops(frame, self.op_ids)
+
+
+def renumber_ops(frame: pd.DataFrame, op_ids: pd.Series) -> pd.DataFrame:
+    """`frame` with its op_id column renumbered from its op_key column by `op_ids` (op key -> Op ID: a job's)."""
+    if "op_id" not in frame or frame.empty:
+        return frame
+    keys = frame["op_key"]
+    if isinstance(keys.dtype, pd.CategoricalDtype):  # per distinct key
+        ids = op_ids.reindex(keys.cat.categories.to_numpy()).fillna("").to_numpy(dtype=object)
+        return frame.assign(op_id=categorical(keys.cat.codes.to_numpy(), ids))
+    return frame.assign(op_id=op_ids.reindex(keys.to_numpy()).fillna("").to_numpy(dtype=object))
 
 
 class ReportBuilder(Protocol):

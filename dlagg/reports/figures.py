@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .spilled import Spilled, spill
 
 KEY, SUM, MIN, MAX, ANY, FIRST, DERIVED = "key", "sum", "min", "max", "any", "first", "derived"
 MERGES = (KEY, SUM, MIN, MAX, ANY, FIRST, DERIVED)
@@ -48,23 +51,51 @@ class Field:
 
 @dataclass(frozen=True)
 class Table:
-    """One titled table of a report: `frame` has one column per field, named by the field's key."""
+    """One titled table of a report: `frame` has one column per field, named by the field's key.
+
+    Its rows are in memory, or in files (`spilled`: a bulk report's rows kept out of a job's parent,
+    reports/spilled.py), read when `frame` or `rows` asks for them; the frame given is then empty."""
 
     key: str  # stable name within the report: "kernels", "all_ops", "iterations"
     title: str  # DLProf's section title: "Kernel Report"
     fields: tuple[Field, ...]
-    frame: pd.DataFrame
+    _frame: pd.DataFrame
     key_value: bool = False  # a one-row table shown as "title,value" lines without a header
     csv: bool = True  # written in the DLProf CSV (False: figures for the other writers only)
+    spilled: Spilled | None = None  # where its rows are when not in `_frame`
     _index: dict[str, Field] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         keys = [f.key for f in self.fields]
-        if list(self.frame.columns) != keys:
-            raise ValueError(f"table {self.key}: frame columns {list(self.frame.columns)} differ from fields {keys}")
-        if self.key_value and len(self.frame) != 1:
-            raise ValueError(f"table {self.key}: a key/value table has exactly one row, not {len(self.frame)}")
+        if list(self._frame.columns) != keys:
+            raise ValueError(f"table {self.key}: frame columns {list(self._frame.columns)} differ from fields {keys}")
+        if self.key_value and len(self._frame) != 1:
+            raise ValueError(f"table {self.key}: a key/value table has exactly one row, not {len(self._frame)}")
+        if self.spilled is not None and len(self._frame):
+            raise ValueError(f"table {self.key}: rows both in memory and in files")
         self._index.update((f.key, f) for f in self.fields)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """Every row (read from the files of a spilled table)."""
+        return self._frame if self.spilled is None else self.rows(0, len(self))
+
+    def rows(self, first: int, stop: int) -> pd.DataFrame:
+        """Rows first..stop-1 (of a spilled table, only those are read), indexed from 0."""
+        if self.spilled is None:
+            return self._frame.iloc[first:stop].reset_index(drop=True)
+        frames = self.spilled.read(first, stop)
+        if not frames:
+            return self._frame
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
+
+    def spill(self, path: Path) -> Table:
+        """The table with its rows in the file `path` instead of memory (reports/spilled.py)."""
+        return replace(self, _frame=self._frame.iloc[:0], spilled=spill(self.frame, path))
+
+    def loaded(self) -> Table:
+        """The table with its rows in memory (read once from the files of a spilled table)."""
+        return self if self.spilled is None else self.with_frame(self.frame)
 
     def field(self, key: str) -> Field:
         return self._index[key]
@@ -73,7 +104,7 @@ class Table:
         return self.frame[key]
 
     def __len__(self) -> int:
-        return len(self.frame)
+        return len(self._frame) if self.spilled is None else self.spilled.count
 
     @property
     def values(self) -> dict[str, object]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -19,8 +20,9 @@ import pandas as pd
 from ..context import RankContext
 from ..model import LAUNCH_DIMS, categorical
 from ..timeline.correlate import KERNEL
-from .base import JobFigures, Report, merges, report
-from .figures import NS, Field, Table, with_rank
+from .base import JobFigures, Report, merges, renumber_ops, report
+from .figures import NS, RANK_FIELD, Field, Table
+from .spilled import stacked
 
 FIELDS = (
     Field("iteration", "Iteration"),
@@ -103,12 +105,28 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
 
 @merges("iteration")
 def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]) -> Report:
-    """Every rank's launches, rank by rank, with times on the job's clock (ranks aligned)."""
-    stacked = with_rank([r.main for r in reports], job.rank_numbers)
-    frame = stacked.frame
-    shift = np.repeat([job.offsets.get(rank, 0) for rank in job.rank_numbers], [len(r.main) for r in reports])
-    frame = job.renumber_ops(frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift,
-                                          api_start_ns=frame["api_start_ns"] + shift))
+    """Every rank's launches, rank by rank, with times on the job's clock (ranks aligned). Rows kept in files where
+    the ranks were reduced (reports/spilled.py) stay there: the merged table says which files, and how each rank's
+    rows become the job's when they are read."""
+    tables = [r.main for r in reports]
+    finish = partial(_on_job_clock, ranks=tuple(job.rank_numbers),
+                     shifts=tuple(job.offsets.get(rank, 0) for rank in job.rank_numbers), op_ids=job.op_ids)
     fields = tuple(replace(f, title=f.title.replace("(ns)", "(ns, job clock)")) if f.key.endswith("start_ns") else f
-                   for f in stacked.fields)
-    return Report("iteration", "iteration", (Table(stacked.key, stacked.title, fields, frame),))
+                   for f in (RANK_FIELD, *tables[0].fields))
+    first = tables[0]
+    if all(t.spilled is not None for t in tables):
+        spilled = stacked([t.spilled for t in tables], finish)  # type: ignore[misc]
+        return Report("iteration", "iteration", (Table(first.key, first.title, fields, finish(first.rows(0, 0), 0),
+                                                       spilled=spilled),))
+    frame = pd.concat([finish(t.frame, k) for k, t in enumerate(tables)], ignore_index=True)
+    return Report("iteration", "iteration", (Table(first.key, first.title, fields, frame),))
+
+
+def _on_job_clock(frame: pd.DataFrame, source: int, ranks: tuple[int, ...], shifts: tuple[int, ...],
+                  op_ids: pd.Series) -> pd.DataFrame:
+    """The launches of the `source`-th rank as the job's report has them: the rank first, start times shifted to
+    the job's clock, Op IDs numbered over the job."""
+    shift = shifts[source]
+    frame = frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift, api_start_ns=frame["api_start_ns"] + shift)
+    frame.insert(0, "rank", np.full(len(frame), ranks[source], dtype=np.int64))
+    return renumber_ops(frame, op_ids)

@@ -537,7 +537,7 @@ def collectives_section(report: Report, page: Page) -> None:
 
 @html_section("iteration")
 def iteration_report_section(report: Report, page: Page) -> None:
-    table = report.main
+    table = report.main.loaded()  # (its rows may be in files: read once)
     frame = table.frame
     summary = page.report("summary")
     part = page.section("launches", "Kernel launches", order=ORDER["launches"])

@@ -16,6 +16,7 @@ move is a rename), holding::
     files/         the outputs, laid out as they will be under <root> (rank<N>/..., <tb_dir>/<profile_name>/...)
     journal.json   the commit's moves; written (atomically) once every output is complete
     trash/         what the moves replaced; removed with the staging folder
+    scratch/       the run's files that are no output (a bulk report's rows kept out of memory: reports/spilled.py)
     primary        (an absolute --tb_dir outside --output_path, which gets a staging folder of its own) the
                    path of the output folder's staging folder, which holds the journal
 
@@ -75,7 +76,7 @@ except ImportError:  # not POSIX: commits of concurrent runs are not ordered
     fcntl = None  # type: ignore[assignment]
 
 STAGING = ".dlagg-staging"
-FILES, JOURNAL, TRASH, PRIMARY = "files", "journal.json", "trash", "primary"
+FILES, JOURNAL, TRASH, PRIMARY, SCRATCH = "files", "journal.json", "trash", "primary", "scratch"
 HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # <STAGING>.<host>.<pid>.<tempfile's random part>
 STAGING_NAME = re.compile(re.escape(STAGING) + r"\.(?P<host>.+)\.(?P<pid>\d+)\.[a-z0-9_]+")
@@ -197,6 +198,16 @@ class Staging:
         except OSError as exc:
             raise output_error(exc, out_dir, "the outputs") from None
         return staged
+
+    def scratch(self) -> Path:
+        """A folder (made now) for the run's own files that are no output, gone with the staging folder: the rows
+        of a bulk report kept where its rank was reduced (reports/spilled.py)."""
+        try:
+            folder = self._open()[0] / SCRATCH
+            folder.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise output_error(exc, self.roots[0], "the outputs") from None
+        return folder
 
     def record(self, out_dir: Path, paths: Sequence[Path]) -> list[Path]:
         """The outputs `write_staged` wrote for `out_dir` (`paths`, in ``folder(out_dir)``), to be moved by the
