@@ -128,8 +128,9 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
     report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
     iterations): an in-process run writes the report while the next is built. `spill`: a folder where
-    the rows of the bulk reports (one per kernel launch) are kept instead of in the figures (reports/spilled.py:
-    a local pool's process, so that the job's parent never holds them)."""
+    the rows of the reports' biggest tables (their ``spill``: one row per kernel launch, the GPU timeline) are
+    kept instead of in the figures (reports/spilled.py: a local pool's process, so that the job's parent never
+    holds them)."""
     began = time.perf_counter()
     log = log or Log(0)
     with log.stage(f"read {source.path.name}"):
@@ -165,13 +166,7 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
         if on_report is not None:
             on_report(reports[name], so_far)
     if spill is not None:
-        for name, built in reports.items():
-            if REPORTS[name].bulk:  # the main table: one row per launch
-                try:
-                    kept = built.main.spill(spill / f"{name}.rank{source.rank}.pickle")
-                except OSError as exc:  # a full disk: the outputs cannot be written either
-                    raise output_error(exc, Path(options.output_path), f"the {name} report's rows") from None
-                reports[name] = replace(built, tables=(kept, *built.tables[1:]))
+        reports.update(_spilled(reports, spill, source.rank, Path(options.output_path)))
     outside = outside_warning(ctx)
     if outside:
         warnings.append(f"{outside}{where}")
@@ -181,6 +176,20 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     return RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
                        ops=ops, comm=communication, warnings=tuple(warnings), seconds=time.perf_counter() - began,
                        peak_mb=peak_mb())
+
+
+def _spilled(reports: dict[str, Report], folder: Path, rank: int, output_path: Path) -> dict[str, Report]:
+    """The reports with spilled tables (their ``spill``), their rows in files of `folder`."""
+    out = {}
+    for name, built in reports.items():
+        keep = REPORTS[name].spill
+        if keep:
+            try:
+                out[name] = replace(built, tables=tuple(t.spill(folder / f"{name}.{t.key}.rank{rank}.pickle")
+                                                        if t.key in keep else t for t in built.tables))
+            except OSError as exc:  # a full disk: the outputs cannot be written either
+                raise output_error(exc, output_path, f"the {name} report's rows") from None
+    return out
 
 
 def default_workers() -> int:

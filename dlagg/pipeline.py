@@ -336,9 +336,9 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
             _submit_per_report(writes, formats, report, options, info)
 
     if len(job.sources) > 1:
-        # on the local pool, the rows of the bulk reports stay where their rank was reduced (docs/ranks.md)
+        # on the local pool, the rows of the biggest tables stay where their rank was reduced (docs/ranks.md)
         spill = writes.staging.scratch() if workers is not None and not options.scheduler and any(
-            REPORTS[n].bulk for n in build) else None
+            REPORTS[n].spill for n in build) else None
         task = rank_task(options, build, comm, several=True, spill=spill)
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)

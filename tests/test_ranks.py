@@ -353,8 +353,8 @@ def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_p
 
 
 def test_on_the_pool_the_launches_stay_where_each_rank_was_reduced(multi, tmp_path) -> None:
-    """The iteration report's rows (one per kernel launch) of a rank reduced on the local pool are kept in a file
-    of the staging folder: the rank's figures hold none of them, the merged report only points at the files,
+    """The iteration report's rows (one per kernel launch) and the summary's GPU timeline of a rank reduced on the
+    local pool are kept in files of the staging folder: the rank's figures hold none of them, the merged report only points at the files,
     and the report written has every row (the bytes of --workers=1: the tests above). The files go with the
     staging folder (the command line's run, `keep_rows=False`); a library call's result has the rows read back."""
     options = Options(nsys_database=str(multi(PER)), reports=("all",), formats=("csv",), output_path=tmp_path,
@@ -363,8 +363,11 @@ def test_on_the_pool_the_launches_stay_where_each_rank_was_reduced(multi, tmp_pa
     for rank in result.ranks:
         table = rank.reports["iteration"].main
         assert table.spilled is not None and table._frame.empty and len(table) > 7000  # 7,116 kernels a rank
+        timeline = rank.reports["summary"].table("timeline")  # the GPU timeline of a typical iteration
+        assert timeline.spilled is not None and timeline._frame.empty and len(timeline) > 0
     merged = next(r for r in result.reports if r.name == "iteration").main
     assert merged.spilled is not None and merged._frame.empty
+    assert next(r for r in result.reports if r.name == "summary").table("timeline").spilled is not None
     assert {b.source for b in merged.spilled.batches} == {0, 1}
     assert len(merged) == len(pd.read_csv(tmp_path / "dlagg_iteration.csv", skiprows=1))
     assert sum(len(r.reports["iteration"].main) for r in result.ranks) == len(merged)

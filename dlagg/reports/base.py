@@ -140,6 +140,9 @@ class ReportSpec:
     # Inputs the report needs (--reports=all picks the reports whose inputs were given): NSYS, NCU.
     inputs: frozenset[str] = frozenset({NSYS})
     images: tuple[str, ...] = ()  # file suffixes of the PNGs it may draw (for the --force check)
+    # Tables of a rank's report whose rows a local pool's process keeps in files (reports/spilled.py): tables
+    # of thousands of rows per rank that the merge only stacks, so that the job's parent never holds them.
+    spill: tuple[str, ...] = ()
 
 
 REPORTS: dict[str, ReportSpec] = {}
@@ -157,6 +160,7 @@ def report(
     only_with_ranks: bool = False,
     inputs: Iterable[str] = (NSYS,),
     images: Iterable[str] = (),
+    spill: Iterable[str] = (),
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -166,7 +170,7 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images),
+            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images), tuple(spill),
         )
         return fn
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .spilled import Spilled, spill
+from .spilled import Spilled, spill, stacked
 
 KEY, SUM, MIN, MAX, ANY, FIRST, DERIVED = "key", "sum", "min", "max", "any", "first", "derived"
 MERGES = (KEY, SUM, MIN, MAX, ANY, FIRST, DERIVED)
@@ -53,7 +54,7 @@ class Field:
 class Table:
     """One titled table of a report: `frame` has one column per field, named by the field's key.
 
-    Its rows are in memory, or in files (`spilled`: a bulk report's rows kept out of a job's parent,
+    Its rows are in memory, or in files (`spilled`: a big table's rows kept out of a job's parent,
     reports/spilled.py), read when `frame` or `rows` asks for them; the frame given is then empty."""
 
     key: str  # stable name within the report: "kernels", "all_ops", "iterations"
@@ -222,12 +223,24 @@ RANK_FIELD = Field("rank", "Rank", merge=KEY)
 
 
 def with_rank(tables: Sequence[Table], ranks: Sequence[int]) -> Table:
-    """Several ranks' tables of the same kind stacked, each row with its rank first."""
+    """Several ranks' tables of the same kind stacked, each row with its rank first (rows kept in files stay
+    there: the rank is added as they are read)."""
     first = tables[0]
+    fields = (RANK_FIELD, *first.fields)
+    if tables and all(t.spilled is not None for t in tables):
+        finish = partial(_ranked, ranks=tuple(ranks))
+        return Table(first.key, first.title, fields, finish(first.rows(0, 0), 0), first.key_value, first.csv,
+                     spilled=stacked([t.spilled for t in tables], finish))  # type: ignore[misc]
     frame = pd.concat([t.frame for t in tables], ignore_index=True)
     frame.insert(0, "rank", np.repeat(np.asarray(ranks, dtype=np.int64), [len(t.frame) for t in tables]))
-    fields = (RANK_FIELD, *first.fields)
     return Table(first.key, first.title, fields, frame[[f.key for f in fields]], first.key_value, first.csv)
+
+
+def _ranked(frame: pd.DataFrame, source: int, ranks: tuple[int, ...]) -> pd.DataFrame:
+    """The rows of the `source`-th rank's table with its rank first."""
+    frame = frame.copy(deep=False)
+    frame.insert(0, "rank", np.full(len(frame), ranks[source], dtype=np.int64))
+    return frame
 
 
 def summed_over(table: Table, ranks: int) -> Table:

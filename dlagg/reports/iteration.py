@@ -66,7 +66,7 @@ def _small(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
-@report("iteration", requires={"kernels"}, bulk=True)
+@report("iteration", requires={"kernels"}, bulk=True, spill=("launches",))
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Every kernel launch of the aggregated iterations: iteration, timing, launch API, grid and block."""
     work = ctx.selected_work

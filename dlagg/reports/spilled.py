@@ -1,6 +1,6 @@
-"""A table's rows kept in files instead of memory: the rows of a bulk report (one per kernel launch) of a rank
-reduced by a process of the local pool, so that the job's parent, which merges every rank's reports, never
-holds them (docs/ranks.md).
+"""A table's rows kept in files instead of memory: the rows of a report's biggest tables (its ``spill``: one row
+per kernel launch, the GPU timeline) of a rank reduced by a process of the local pool, so that the job's parent,
+which merges every rank's reports, never holds them (docs/ranks.md).
 
 Contract:
 

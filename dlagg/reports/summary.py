@@ -343,7 +343,7 @@ def _iterations_section(its_key_node: str, counts: tuple[int, int, int, int], ag
     ]
 
 
-@report("summary", depends=("detail",))
+@report("summary", depends=("detail",), spill=("timeline",))
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """System config, wall-clock partition (TC/kernel/memory/dataloader/IO/CPU/other), iterations, totals."""
     its = ctx.iterations

@@ -239,7 +239,7 @@ def iteration_spec(frame: pd.DataFrame) -> dict:
 # --- GPU timeline of one iteration ----------------------------------------------------------------
 
 def timeline_section(report: Report, page: Page) -> None:
-    windows, items = report.table("timeline_iteration"), report.table("timeline")
+    windows, items = report.table("timeline_iteration"), report.table("timeline").loaded()  # (rows in files: once)
     part = page.section("timeline", "GPU timeline", order=ORDER["timeline"],
                         intro="One typical iteration (the aggregated iteration closest to their median time): GPU "
                               "streams as lanes, kernels coloured by the op type that launched them, NVTX ranges "
