@@ -223,21 +223,25 @@ RANK_FIELD = Field("rank", "Rank", merge=KEY)
 
 
 def with_rank(tables: Sequence[Table], ranks: Sequence[int]) -> Table:
-    """Several ranks' tables of the same kind stacked, each row with its rank first (rows kept in files stay
-    there: the rank is added as they are read)."""
+    """Several ranks' tables of the same kind stacked, each row with its rank first."""
+    return stacked_table(tables, (RANK_FIELD, *tables[0].fields), partial(rank_first, ranks=tuple(ranks)))
+
+
+def stacked_table(tables: Sequence[Table], fields: tuple[Field, ...],
+                  finish: Callable[[pd.DataFrame, int], pd.DataFrame]) -> Table:
+    """Several ranks' tables of the same kind one after the other, with `fields`: `finish(rows, k)` makes the k-th
+    table's rows the stack's (its rank first, ...), now for rows in memory, as they are read for rows kept in files
+    (reports/spilled.py: those stay there)."""
     first = tables[0]
-    fields = (RANK_FIELD, *first.fields)
-    if tables and all(t.spilled is not None for t in tables):
-        finish = partial(_ranked, ranks=tuple(ranks))
+    if all(t.spilled is not None for t in tables):
         return Table(first.key, first.title, fields, finish(first.rows(0, 0), 0), first.key_value, first.csv,
                      spilled=stacked([t.spilled for t in tables], finish))  # type: ignore[misc]
-    frame = pd.concat([t.frame for t in tables], ignore_index=True)
-    frame.insert(0, "rank", np.repeat(np.asarray(ranks, dtype=np.int64), [len(t.frame) for t in tables]))
+    frame = pd.concat([finish(t.frame, k) for k, t in enumerate(tables)], ignore_index=True)
     return Table(first.key, first.title, fields, frame[[f.key for f in fields]], first.key_value, first.csv)
 
 
-def _ranked(frame: pd.DataFrame, source: int, ranks: tuple[int, ...]) -> pd.DataFrame:
-    """The rows of the `source`-th rank's table with its rank first."""
+def rank_first(frame: pd.DataFrame, source: int, ranks: tuple[int, ...]) -> pd.DataFrame:
+    """The rows of the `source`-th rank's table with its rank first (`frame` itself unchanged)."""
     frame = frame.copy(deep=False)
     frame.insert(0, "rank", np.full(len(frame), ranks[source], dtype=np.int64))
     return frame

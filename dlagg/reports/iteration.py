@@ -21,8 +21,7 @@ from ..context import RankContext
 from ..model import LAUNCH_DIMS, categorical
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, renumber_ops, report
-from .figures import NS, RANK_FIELD, Field, Table
-from .spilled import stacked
+from .figures import NS, RANK_FIELD, Field, Table, rank_first, stacked_table
 
 FIELDS = (
     Field("iteration", "Iteration"),
@@ -113,13 +112,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
                      shifts=tuple(job.offsets.get(rank, 0) for rank in job.rank_numbers), op_ids=job.op_ids)
     fields = tuple(replace(f, title=f.title.replace("(ns)", "(ns, job clock)")) if f.key.endswith("start_ns") else f
                    for f in (RANK_FIELD, *tables[0].fields))
-    first = tables[0]
-    if all(t.spilled is not None for t in tables):
-        spilled = stacked([t.spilled for t in tables], finish)  # type: ignore[misc]
-        return Report("iteration", "iteration", (Table(first.key, first.title, fields, finish(first.rows(0, 0), 0),
-                                                       spilled=spilled),))
-    frame = pd.concat([finish(t.frame, k) for k, t in enumerate(tables)], ignore_index=True)
-    return Report("iteration", "iteration", (Table(first.key, first.title, fields, frame),))
+    return Report("iteration", "iteration", (stacked_table(tables, fields, finish),))
 
 
 def _on_job_clock(frame: pd.DataFrame, source: int, ranks: tuple[int, ...], shifts: tuple[int, ...],
@@ -128,5 +121,4 @@ def _on_job_clock(frame: pd.DataFrame, source: int, ranks: tuple[int, ...], shif
     the job's clock, Op IDs numbered over the job."""
     shift = shifts[source]
     frame = frame.assign(gpu_start_ns=frame["gpu_start_ns"] + shift, api_start_ns=frame["api_start_ns"] + shift)
-    frame.insert(0, "rank", np.full(len(frame), ranks[source], dtype=np.int64))
-    return renumber_ops(frame, op_ids)
+    return renumber_ops(rank_first(frame, source, ranks), op_ids)
