@@ -354,9 +354,10 @@ def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_p
 
 def test_on_the_pool_the_launches_stay_where_each_rank_was_reduced(multi, tmp_path) -> None:
     """The iteration report's rows (one per kernel launch) and the summary's GPU timeline of a rank reduced on the
-    local pool are kept in files of the staging folder: the rank's figures hold none of them, the merged report only points at the files,
-    and the report written has every row (the bytes of --workers=1: the tests above). The files go with the
-    staging folder (the command line's run, `keep_rows=False`); a library call's result has the rows read back."""
+    local pool are kept in files of the staging folder: the rank's figures hold none of them, the merged report
+    only points at the files, and the report written has every row (the bytes of --workers=1: the tests above).
+    The files go with the staging folder (the command line's run, `keep_rows=False`); a library call's result
+    has the rows read back."""
     options = Options(nsys_database=str(multi(PER)), reports=("all",), formats=("csv",), output_path=tmp_path,
                       suppress_tb_files=True, workers=2, per_rank=True, verbosity="quiet")
     result = pipeline_run(options, keep_rows=False)

@@ -81,6 +81,12 @@ class Table:
         """Every row (read from the files of a spilled table)."""
         return self._frame if self.spilled is None else self.rows(0, len(self))
 
+    @property
+    def columns(self) -> pd.DataFrame:
+        """A frame with the table's columns and their types, read from no file: the rows in memory, or a spilled
+        table's empty frame (a writer that needs the types, not the rows)."""
+        return self._frame
+
     def rows(self, first: int, stop: int) -> pd.DataFrame:
         """Rows first..stop-1 (of a spilled table, only those are read), indexed from 0."""
         if self.spilled is None:

@@ -47,9 +47,8 @@ def _type(column: pd.Series) -> str:
 def table_chunks(table: Table, rows: Sequence[Path] | None = None) -> Iterator[str | memoryview | Path]:
     """The table's JSON object in pieces: head, then rows CHUNK_ROWS at a time. With `rows`, the text of the rows
     is those files' (``row_chunks`` of parts of the table, in order, the last with ``last=True``)."""
-    columns = table.rows(0, 0) if table.spilled is not None else table.frame  # (rows in files: their types alone)
     fields = [{"key": f.key, "title": f.title, "unit": f.unit or None, "digits": f.digits, "csv": f.csv,
-               "type": _type(columns[f.key])} for f in table.fields]
+               "type": _type(table.columns[f.key])} for f in table.fields]
     head = json.dumps({"key": table.key, "title": table.title, "key_value": table.key_value, "csv": table.csv,
                        "fields": fields})
     yield head[:-1] + ', "rows": ['
