@@ -27,6 +27,7 @@ from dlagg.writers.tensorboard_writer import (
     _text_px,
     iteration_scalars,
     md_escape,
+    string_tensor,
     table_markdown,
 )
 
@@ -367,6 +368,29 @@ def test_tensorboard_is_imported_only_by_the_writer() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'tensorflow', 'google')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("value", ["| a | b |\n|---|---|\n| é | ✓ |", "", b"\x00layout bytes\xff",
+                                   [b"640", b"480", b"\x89PNG\r\n\x1a\n"], [b""]])
+def test_string_tensors_are_those_tensorboard_makes(value) -> None:
+    """Text (a str), a custom-scalars layout (bytes) and an image ([width, height, PNG]): the same bytes as
+    TensorBoard's own make_tensor_proto, which the text, image and custom-scalars summaries use."""
+    from tensorboard.util import tensor_util
+
+    expected = tensor_util.make_tensor_proto(value, dtype=np.object_).SerializeToString()
+    assert string_tensor(value).SerializeToString() == expected
+
+
+def test_writing_event_files_does_not_load_tensorflows_stub(tmp_path) -> None:
+    """TensorBoard's TensorFlow stand-in (tensorboard.compat.tensorflow_stub, with its protos) is left unloaded:
+    the writer builds the few tensors it would be used for itself."""
+    code = ("import sys; from pathlib import Path; from dlagg.options import Options; from dlagg.pipeline import run; "
+            f"run(Options(nsys_database={str(recording('resnet_amp'))!r}, reports=('summary', 'kernel'), "
+            f"output_path=Path({str(tmp_path)!r}), verbosity='quiet')); "
+            "print(sorted(m for m in sys.modules if m.startswith('tensorboard.compat.tensorflow_stub')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert list((tmp_path / "event_files" / "dlagg").glob("events.out.tfevents.*"))
 
 
 def test_markdown_cells_are_escaped_and_formatted() -> None:

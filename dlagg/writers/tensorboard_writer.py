@@ -569,36 +569,43 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
     return events
 
 
+def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.TensorProto (imported lazily)
+    """The tensor ``tensor_util.make_tensor_proto(value, dtype=np.object_)`` makes of one string (a scalar, text
+    in UTF-8) or a list of byte strings (a vector), the value of TensorBoard's text, image and custom-scalars
+    summaries. Built directly: tensor_util imports tensorboard's TensorFlow stub and its protos (20-30 ms, 0.1 s
+    in a process that has just merged a job's reports), for three fields."""
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    items = [value] if isinstance(value, (str, bytes)) else list(value)
+    dims = [] if isinstance(value, (str, bytes)) else [tensor_shape_pb2.TensorShapeProto.Dim(size=len(items))]
+    return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
+                                  string_val=[v.encode() if isinstance(v, str) else v for v in items])
+
+
 def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], runs_per_rank: int,
                    wall_time: float, texts: Mapping[str, Mapping[str, str]] | None = None) -> list:
     """Step 0: the text dashboards (those of `texts` as given), the reports' images and the custom-scalars
-    layout (when there are scalars)."""
+    layout (when there are scalars): the values tensorboard's text, image and custom-scalars summaries make
+    (``text_pb``, ``image_pb``'s, ``custom_scalar.summary.pb``, the last two of which import TensorFlow)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
     from tensorboard.plugins.image import metadata as image_metadata
-    from tensorboard.plugins.text.summary_v2 import text_pb
-    from tensorboard.util import tensor_util
+    from tensorboard.plugins.text import metadata as text_metadata
 
     summary = summary_pb2.Summary()
+    text = text_metadata.create_summary_metadata(display_name=None, description=None)
     for tag, markdown in text_dashboards(reports, info, texts).items():
-        summary.value.extend(text_pb(tag, markdown).value)
+        summary.value.add(tag=tag, metadata=text, tensor=string_tensor(markdown))
     for report in reports:
         for image in report.images:
-            # the value tensorboard's image summary makes ([width, height, PNG] strings), without TensorFlow
-            width, height = image.size
+            width, height = image.size  # [width, height, PNG]
             summary.value.add(
                 tag=f"{report.name}/{image.key}",
                 metadata=image_metadata.create_summary_metadata(display_name=image.title, description=image.title),
-                tensor=tensor_util.make_tensor_proto([str(width).encode(), str(height).encode(), image.png],
-                                                     dtype=np.object_))
+                tensor=string_tensor([str(width).encode(), str(height).encode(), image.png]))
     if tags:
-        # tensorboard's custom_scalar.summary.pb() imports TensorFlow; this is the same value without it.
-        summary.value.add(
-            tag=layout_metadata.CONFIG_SUMMARY_TAG,
-            metadata=layout_metadata.create_summary_metadata(),
-            tensor=tensor_util.make_tensor_proto(scalars_layout(tags, runs_per_rank).SerializeToString(),
-                                                 dtype=np.object_),
-        )
+        summary.value.add(tag=layout_metadata.CONFIG_SUMMARY_TAG, metadata=layout_metadata.create_summary_metadata(),
+                          tensor=string_tensor(scalars_layout(tags, runs_per_rank).SerializeToString()))
     return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
 
 
