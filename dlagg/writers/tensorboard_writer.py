@@ -572,12 +572,13 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
 def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.TensorProto (imported lazily)
     """The tensor ``tensor_util.make_tensor_proto(value, dtype=np.object_)`` makes of one string (a scalar, text
     in UTF-8) or a list of byte strings (a vector), the value of TensorBoard's text, image and custom-scalars
-    summaries. Built directly: tensor_util imports tensorboard's TensorFlow stub and its protos (20-30 ms, 0.1 s
-    in a process that has just merged a job's reports), for three fields."""
+    summaries. Built directly: tensor_util imports tensorboard's TensorFlow stub and its protos (20-30 ms of a
+    run), for three fields."""
     from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 
-    items = [value] if isinstance(value, (str, bytes)) else list(value)
-    dims = [] if isinstance(value, (str, bytes)) else [tensor_shape_pb2.TensorShapeProto.Dim(size=len(items))]
+    one = isinstance(value, (str, bytes))
+    items = [value] if one else list(value)
+    dims = [] if one else [tensor_shape_pb2.TensorShapeProto.Dim(size=len(items))]
     return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
                                   string_val=[v.encode() if isinstance(v, str) else v for v in items])
 
@@ -586,7 +587,7 @@ def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str]
                    wall_time: float, texts: Mapping[str, Mapping[str, str]] | None = None) -> list:
     """Step 0: the text dashboards (those of `texts` as given), the reports' images and the custom-scalars
     layout (when there are scalars): the values tensorboard's text, image and custom-scalars summaries make
-    (``text_pb``, ``image_pb``'s, ``custom_scalar.summary.pb``, the last two of which import TensorFlow)."""
+    (``text_pb``, and the image and custom-scalars summaries' ``pb``, which import TensorFlow)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.custom_scalar import metadata as layout_metadata
     from tensorboard.plugins.image import metadata as image_metadata
