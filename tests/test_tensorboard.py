@@ -25,6 +25,7 @@ from dlagg.writers.tensorboard_writer import (
     TEXT_PAGE_ROWS,
     TOP_OP_TYPES,
     _text_px,
+    _texts_px,
     iteration_scalars,
     md_escape,
     string_tensor,
@@ -444,6 +445,17 @@ def test_long_texts_are_cut_and_wide_tables_split_into_column_groups() -> None:
     cut, kept = parts[0]["Kernel Name"].tolist()
     assert kept == "short" and cut.endswith("…[1]") and name.startswith(cut[:-4])
     assert TEXT_CELL_PX - 30 < _text_px(cut) <= TEXT_CELL_PX
+
+
+def test_texts_px_measures_a_column_as_text_px_measures_each_text() -> None:
+    # 11 px an upper-case letter, 9 a digit, 8 anything else (Roboto 16 px, measured in Chromium)
+    assert _text_px("Ab1-") == 11 + 8 + 9 + 8
+    column = ["Ab1-", "", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm *, unsigned long, ncclWork *)",
+              "123,456,789.5", "ZZZ", " "]
+    assert _texts_px(column).tolist() == [_text_px(t) for t in column]
+    unicode = [*column, "µs – ‘quoted’", "Ä1"]  # not ASCII: each text on its own
+    assert _texts_px(unicode).tolist() == [_text_px(t) for t in unicode]
+    assert _texts_px([]).tolist() == []
 
 
 def test_empty_table_says_why_in_one_line() -> None:

@@ -8,7 +8,7 @@ import random
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as tensorboard_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from dlagg.writers.tfrecord import CHUNK, crc32c, write_records
+from dlagg.writers.tfrecord import CHUNK, crc32c, framed
 
 
 def test_crc32c_check_value() -> None:
@@ -24,12 +24,15 @@ def test_crc32c_equals_tensorboards_at_every_length_around_the_chunks() -> None:
     assert crc32c(records) == [tensorboard_crc32c(r) for r in records]
 
 
-def test_records_are_framed_as_tensorboard_frames_them() -> None:
+def test_files_are_framed_as_tensorboard_frames_them() -> None:
     rng = random.Random(11)
-    records = [rng.randbytes(rng.randrange(0, 3 * CHUNK)) for _ in range(200)] + [rng.randbytes(70_000), b""]
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    write_records(ours, records)
-    writer = RecordWriter(theirs)
-    for record in records:
-        writer.write(record)
-    assert ours.getvalue() == theirs.getvalue()
+    files = [[rng.randbytes(rng.randrange(0, 3 * CHUNK)) for _ in range(200)] + [rng.randbytes(70_000), b""],
+             [], [b""], [rng.randbytes(n) for n in (1, 5, CHUNK, 2 * CHUNK + 3)]]  # framed together, each its own
+    theirs = []
+    for records in files:
+        out = io.BytesIO()
+        writer = RecordWriter(out)
+        for record in records:
+            writer.write(record)
+        theirs.append(out.getvalue())
+    assert framed(files) == theirs

@@ -270,10 +270,27 @@ def _text_px(text: str) -> float:
     return TEXT_UPPER_PX * upper + TEXT_DIGIT_PX * digits + TEXT_CHAR_PX * (len(text) - upper - digits)
 
 
+# `_text_px` of each ASCII character, by code
+_ASCII_PX = np.full(128, TEXT_CHAR_PX)
+_ASCII_PX[ord("A"):ord("Z") + 1] = TEXT_UPPER_PX
+_ASCII_PX[ord("0"):ord("9") + 1] = TEXT_DIGIT_PX
+
+
+def _texts_px(texts: Sequence[str]) -> np.ndarray:
+    """`_text_px` of each of `texts` (the same numbers), at once: a column's cells are thousands of texts."""
+    joined = "".join(texts)
+    if not joined.isascii():
+        return np.array([_text_px(t) for t in texts], dtype=np.float64)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)
+    px = np.concatenate([[0.0], np.cumsum(_ASCII_PX[np.frombuffer(joined.encode("ascii"), dtype=np.uint8)])])
+    return px[ends] - px[ends - lengths]
+
+
 def _column_width(title: str, cells: list[str]) -> tuple[float, float]:
     """(width unwrapped, width of its widest word) of a column, in px, cell padding included: cells
     are single words (names, numbers), headers (bold) wrap between words."""
-    cells_px = max([_text_px(c) for c in cells] + [0.0])
+    cells_px = float(_texts_px(cells).max(initial=0.0))
     header_px = TEXT_BOLD * _text_px(title)
     word_px = max([cells_px] + [TEXT_BOLD * _text_px(w) for w in title.split()])
     return max(cells_px, header_px) + TEXT_CELL_PAD_PX, word_px + TEXT_CELL_PAD_PX
@@ -302,21 +319,22 @@ def _column_groups(columns: list[tuple[float, float]]) -> list[list[int]]:
     return groups
 
 
-def _cut(text: str, notes: dict[str, int]) -> str:
-    """A cell's text, cut to about TEXT_CELL_PX wide with a numbered note holding the whole of it."""
-    if _text_px(text) <= TEXT_CELL_PX:
+def _cut(text: str, width: float, notes: dict[str, int]) -> str:
+    """A cell's text of `width` px (`_text_px`), cut to about TEXT_CELL_PX wide with a numbered note holding
+    the whole of it."""
+    if width <= TEXT_CELL_PX:
         return md_escape(text)
     number = notes.setdefault(text, len(notes) + 1)
     marker = f"…[{number}]"
     room = TEXT_CELL_PX - _text_px(marker)
-    widths = np.cumsum([_text_px(c) for c in text])
+    widths = np.cumsum(_texts_px(list(text)))
     return md_escape(text[:int(np.searchsorted(widths, room, side="right"))] + marker)
 
 
-def _is_prose(values: list[str]) -> bool:
+def _is_prose(values: list[str], widths: np.ndarray) -> bool:
     """Sentences (findings, recommendations), not names (C++ signatures have spaces too): shown as
-    paragraphs, which wrap between words."""
-    long = [v for v in values if _text_px(v) > TEXT_CELL_PX]
+    paragraphs, which wrap between words. `widths`: the values' (`_texts_px`)."""
+    long = [values[k] for k in np.flatnonzero(widths > TEXT_CELL_PX)]
     return bool(long) and sum(len(v.split()) >= PROSE_WORDS and "::" not in v for v in long) > len(long) / 2
 
 
@@ -355,7 +373,8 @@ def table_markdown(table: Table, report: Report | None = None) -> list[str]:
     # cells by column: text raw (cut and escaped per page), everything else as the Markdown style shows it
     columns = [["" if is_missing(v) else v if isinstance(v, str) else MARKDOWN.value(v, f.digits)
                 for v in frame[f.key].tolist()] for f in fields]
-    prose = any(_is_prose(c) for c, n in zip(columns, numeric, strict=True) if not n)
+    px = [_texts_px(c) for c in columns]  # each cell's width
+    prose = any(_is_prose(c, w) for c, w, n in zip(columns, px, numeric, strict=True) if not n)
     pages = []
     total = len(frame)
     count = -(-total // TEXT_PAGE_ROWS)
@@ -366,7 +385,7 @@ def table_markdown(table: Table, report: Report | None = None) -> list[str]:
             pages.append(_records([f.title for f in fields], rows, first))
             continue
         notes: dict[str, int] = {}
-        cells = [[_cut(c[r], notes) for r in range(first, stop)] for c in columns]
+        cells = [[_cut(c[r], w[r], notes) for r in range(first, stop)] for c, w in zip(columns, px, strict=True)]
         widths = [_column_width(f.title, [c.replace("\\", "") for c in col]) for f, col in zip(fields, cells,
                                                                                                 strict=True)]
         groups = _column_groups(widths)
@@ -518,24 +537,27 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
     return layout_pb2.Layout(category=categories)
 
 
-def _write_run(folder: Path, events: list) -> Path:
-    """One event file holding `events`, written in order (TFRecord framing: the bytes TensorBoard's writer
-    writes, with a faster CRC: writers/tfrecord.py).
+def _write_runs(folder: Path, runs: Mapping[str, list]) -> list[Path]:
+    """Per run (a folder under `folder`, "" for `folder` itself), one event file holding its events, written in
+    order (TFRecord framing: the bytes TensorBoard's writer writes, with a faster CRC: writers/tfrecord.py).
 
     Written synchronously: tensorboard's EventFileWriter hands every event to a writer thread
     through a 10-slot queue, which costs more than the encoding for thousands of iterations.
     """
     from tensorboard.compat.proto import event_pb2
 
-    from .tfrecord import write_records
+    from .tfrecord import framed
 
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
+    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
     header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2",
-                             source_metadata=event_pb2.SourceMetadata(writer="dlagg"))
-    with path.open("wb") as handle:
-        write_records(handle, [event.SerializeToString() for event in (header, *events)])
-    return path
+                             source_metadata=event_pb2.SourceMetadata(writer="dlagg")).SerializeToString()
+    files = framed([[header, *(event.SerializeToString() for event in events)] for events in runs.values()])
+    paths = []
+    for run, data in zip(runs, files, strict=True):  # runs: the job's, then one or a few per rank
+        (folder / run).mkdir(parents=True, exist_ok=True)
+        paths.append(folder / run / name)
+        paths[-1].write_bytes(data)
+    return paths
 
 
 def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
@@ -668,7 +690,7 @@ class TensorboardWriter:
         staging = Path(tempfile.mkdtemp(prefix=f".{info.profile_name}.", suffix=".tmp", dir=out_dir))
         try:
             usual_permissions(staging, 0o777)  # mkdtemp makes 0700
-            written = [_write_run(staging / run if run else staging, events) for run, events in runs.items()]
+            written = _write_runs(staging, runs)
             _swap_in(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import BinaryIO
 
 import numpy as np
 
@@ -90,12 +89,19 @@ def masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
-def write_records(handle: BinaryIO, records: Sequence[bytes]) -> None:
-    """`records` in TFRecord framing, in order."""
-    headers = [struct.pack("<Q", len(r)) for r in records]
-    crcs = crc32c([*headers, *records])
-    framed = []
-    for k, (header, record) in enumerate(zip(headers, records, strict=True)):  # records of one file
-        framed += [header, struct.pack("<I", masked(crcs[k])), record,
-                   struct.pack("<I", masked(crcs[len(records) + k]))]
-    handle.write(b"".join(framed))
+def framed(files: Sequence[Sequence[bytes]]) -> list[bytes]:
+    """Each file's records in TFRecord framing, in order: the file's bytes. The CRCs of every file's records are
+    computed at once (a many-ranks job writes a file per rank: one numpy pass, not one per file)."""
+    headers = [[struct.pack("<Q", len(r)) for r in records] for records in files]
+    crcs = crc32c([part for both in zip(headers, files, strict=True) for part in (*both[0], *both[1])])
+    out, at = [], 0
+    for file_headers, records in zip(headers, files, strict=True):  # files
+        count = len(records)
+        header_crcs, record_crcs = crcs[at:at + count], crcs[at + count:at + 2 * count]
+        at += 2 * count
+        parts = []
+        for header, header_crc, record, record_crc in zip(file_headers, header_crcs, records, record_crcs,
+                                                          strict=True):  # records of one file
+            parts += [header, struct.pack("<I", masked(header_crc)), record, struct.pack("<I", masked(record_crc))]
+        out.append(b"".join(parts))
+    return out
