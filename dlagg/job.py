@@ -215,9 +215,10 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
               scheduler: str | None = None, initializer: Callable[[], None] | None = None,
               log: Log | None = None, pool: ProcessPoolExecutor | None = None) -> list[RankFigures]:
     """`task` for every rank of `job`, ordered by rank (see the module docstring for where it runs): on
-    `pool` when one is given, else on a pool of its own (`local_pool`) or in this process."""
+    `pool` when one is given, else on a pool of its own (`local_pool`) or in this process; the largest ranks
+    are started first (`largest_first`)."""
     log = log or Log(0)
-    sources = list(job.sources)
+    sources = largest_first(job.sources)
     if scheduler:
         results = _on_dask(sources, task, scheduler, log)
     elif pool is not None:
@@ -233,6 +234,13 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
             with own:
                 results = _on_pool(sources, task, own, log)
     return sorted(results, key=lambda r: r.source.rank)
+
+
+def largest_first(sources: Sequence[RankSource]) -> list[RankSource]:
+    """The order ranks are reduced in: the largest first (`RankSource.share`), ties in rank order. On several
+    processes the last ranks taken are then small ones, and the processes end together: a rank ten times the
+    others' size taken last would run alone at the end."""
+    return sorted(sources, key=lambda s: -s.share)
 
 
 def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "this process") -> None:

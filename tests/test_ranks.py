@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from dlagg.cli import main
-from dlagg.job import local_pool, map_ranks
+from dlagg.job import largest_first, local_pool, map_ranks
 from dlagg.log import DETAILED, Log
 from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
@@ -447,6 +447,29 @@ def two_process_export(path: Path, steps: tuple[int, int] = (3, 3)) -> Path:
     return b.write(path)
 
 
+def test_the_largest_ranks_are_reduced_first(tmp_path, capsys) -> None:
+    """A rank's share is its file's size over the file's ranks (os.stat, not dlagg): the ranks are taken largest
+    first, ties in rank order, so that a big rank is not left to run alone at the end."""
+    for name, steps in (("a.sqlite", 2), ("b.sqlite", 1000), ("c.sqlite", 2), ("d.sqlite", 300)):
+        b = ExportBuilder()
+        for i in range(steps):
+            b.range(1000 * i, 1000 * i + 900, "train_step")
+            b.launch(1000 * i + 10, 1000 * i + 20, 1000 * i + 100, 1000 * i + 700, name=f"gemm_{i}")
+        b.write(tmp_path / name)
+    two = two_process_export(tmp_path / "e.sqlite")
+    job = discover(input_paths(str(tmp_path)))
+    size = {p.stem: os.path.getsize(p) for p in tmp_path.glob("*.sqlite")}
+    assert [s.share for s in job.sources] == [size["a"], size["b"], size["c"], size["d"], *[size[two.stem] // 2] * 2]
+    assert size["b"] > size["d"] > max(size["a"], size["c"], size[two.stem] // 2)
+    order = sorted(job.sources, key=lambda s: (-s.share, s.rank))
+    assert [s.rank for s in largest_first(job.sources)] == [s.rank for s in order]
+    code, err = run(capsys, f"--nsys_database={tmp_path}", "--reports=summary", "-b", "--workers=1",
+                    f"--output_path={tmp_path / 'o'}")
+    assert code == 0, err
+    reduced = [line.split(" (")[1].split(")")[0] for line in err.splitlines() if "reduced in" in line]
+    assert reduced[:2] == ["b.sqlite", "d.sqlite"]
+
+
 def test_two_processes_without_a_gpu_table(tmp_path, capsys) -> None:
     path = two_process_export(tmp_path / "two.sqlite")
     code, err = run(capsys, f"--nsys_database={path}", "--reports=all", "-b", f"--output_path={tmp_path / 'o'}")
@@ -540,7 +563,7 @@ def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "", sta
 def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
     """With 2 workers the pool has one worker process and this process is the other: between them every rank is
     reduced exactly once, each where the log says, and the ranks come back in rank order."""
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite")) for rank in range(12)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(12)]
     job = SimpleNamespace(sources=tuple(sources))
     stream = io.StringIO()
     with local_pool(2, len(sources)) as pool:
@@ -564,7 +587,7 @@ def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: 
     ended the ranks it had; no lane starts another rank after it. Timed by when each rank started against when the
     failure happened (not by how many ranks ended: this process may reduce many before the worker is up)."""
     rank_seconds = 0.05
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite")) for rank in range(40)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(40)]
     job = SimpleNamespace(sources=tuple(sources))
     with local_pool(2, len(sources)) as pool:
         pool.submit(os.getpid).result()  # the worker process is up: both lanes start at once

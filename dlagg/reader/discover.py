@@ -45,6 +45,9 @@ class RankSource:
     devices: tuple[int, ...]  # CUDA device ids the process ran GPU work on
     host: str  # the recording machine's host name ('' when not recorded)
     rank: int
+    # bytes of its file over the file's ranks: about what the rank costs to read and reduce, to start the
+    # largest first on several processes
+    share: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class _File:
     cuda_processes: int
     host: str
     env_ranks: tuple[int, ...]  # distinct rank numbers its environment strings name
+    size: int  # bytes
 
 
 def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -146,7 +150,7 @@ def _probe(path: Path) -> _File:
         if "TARGET_INFO_SYSTEM_ENV" in db.tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
             host = str(rows[0][0]) if rows else ""
-        return _File(path, processes, len(callers), host, _env_ranks(db))
+        return _File(path, processes, len(callers), host, _env_ranks(db), path.stat().st_size)
     finally:
         db.close()
 
@@ -171,13 +175,15 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
     with its process pool, `pool.shared_map`)."""
     ordered = [Path(p) for p in sorted(paths, key=_natural)]
     files: list[_File] = probe_all(_probe, ordered) if probe_all is not None else [_probe(p) for p in ordered]
-    sources: list[tuple[Path, int | None, int, tuple[int, ...], str]] = []
+    sources: list[tuple[Path, int | None, int, tuple[int, ...], str, int]] = []
     for f in files:
         if len(f.processes) <= 1:  # the whole file is one rank, as a single-GPU run always was
             pid, devs = f.processes[0] if f.processes else (0, ())
-            sources.append((f.path, None, (pid >> PID_SHIFT) & PID_BITS, devs, f.host))
+            sources.append((f.path, None, (pid >> PID_SHIFT) & PID_BITS, devs, f.host, f.size))
         else:
-            sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host) for gpid, devs in f.processes)
+            share = f.size // len(f.processes)
+            sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host, share)
+                           for gpid, devs in f.processes)
     env = [f.env_ranks[0] for f in files if len(f.env_ranks) == 1 and len(f.processes) <= 1]
     if len(env) == len(files) == len(sources) > 1 and len(set(env)) == len(env):
         ranks, numbering = env, "ranks numbered by the RANK variable of each file's environment"
@@ -188,8 +194,8 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
             numbering = "one rank"
     ordered = sorted(zip(ranks, sources, strict=True), key=lambda item: item[0])
     return Job(
-        sources=tuple(RankSource(path, process, pid, devs, host, rank)
-                      for rank, (path, process, pid, devs, host) in ordered),
+        sources=tuple(RankSource(path, process, pid, devs, host, rank, share)
+                      for rank, (path, process, pid, devs, host, share) in ordered),
         files=len(files),
         processes=sum(max(f.cuda_processes, len(f.processes)) for f in files),
         numbering=numbering,
