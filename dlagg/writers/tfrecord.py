@@ -93,7 +93,8 @@ def framed(files: Sequence[Sequence[bytes]]) -> list[bytes]:
     """Each file's records in TFRecord framing, in order: the file's bytes. The CRCs of every file's records are
     computed at once (a many-ranks job writes a file per rank: one numpy pass, not one per file)."""
     headers = [[struct.pack("<Q", len(r)) for r in records] for records in files]
-    crcs = crc32c([part for both in zip(headers, files, strict=True) for part in (*both[0], *both[1])])
+    crcs = crc32c([part for file_headers, records in zip(headers, files, strict=True)
+                   for part in (*file_headers, *records)])  # per file: its headers', then its records'
     out, at = [], 0
     for file_headers, records in zip(headers, files, strict=True):  # files
         count = len(records)
