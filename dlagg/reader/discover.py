@@ -45,9 +45,9 @@ class RankSource:
     devices: tuple[int, ...]  # CUDA device ids the process ran GPU work on
     host: str  # the recording machine's host name ('' when not recorded)
     rank: int
-    # bytes of its file over the file's ranks: about what the rank costs to read and reduce, to start the
-    # largest first on several processes
-    share: int = 0
+    # bytes of its file over the file's ranks: about what the rank costs to read and reduce (the largest are
+    # reduced first: job.largest_first)
+    share: int
 
 
 @dataclass(frozen=True)
