@@ -59,10 +59,9 @@ def shared_map(items: Sequence[T], task: Callable[[T], R], pool: Executor,
     """`task` of every item, run by this process and the pool's workers together; the results in the items'
     order, and each given to `done` as it ends, with where it ran ("this process" or "a worker process").
 
-    One queue: this process takes the next item when it has ended its last; a thread per pool worker keeps
-    the worker one item ahead until the queue is short. This process starts at once (while the workers start)
-    and ships none of its results. A failure stops the queue, and the first is raised once the others end.
-    """
+    One queue: this process takes the next item when it has ended its last (at once; it ships no results); a
+    thread per worker keeps it one item ahead until the queue is short, from when it is up (no item waits while
+    the fork server imports dlagg). A failure stops the queue, and the first is raised once the others end."""
     queue = deque(enumerate(items))
     lanes = 1 + pool_size(pool)
     results: list[Any] = [None] * len(items)
@@ -88,6 +87,7 @@ def shared_map(items: Sequence[T], task: Callable[[T], R], pool: Executor,
     def worker_lane() -> None:
         running: deque[tuple[int, Future[R]]] = deque()
         try:
+            pool.submit(_ignore).result()  # until the worker is up, this process takes every item
             while True:
                 taken = take(ahead=bool(running))
                 if taken is not None:

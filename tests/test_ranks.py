@@ -568,6 +568,7 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
     stream = io.StringIO()
     with local_pool(2, len(sources)) as pool:
         assert pool._max_workers == 1  # type: ignore[attr-defined]
+        pool.submit(os.getpid).result()  # the worker process is up: both lanes take ranks
         ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, stream),
                           pool=pool)  # type: ignore[arg-type]
     assert [r.source.rank for r in ranks] == list(range(12))
@@ -579,6 +580,19 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
         for rank in numbers:
             assert f"rank {rank}: peak memory of the process that reduced it ({where}) 1 MB" in log, log
     assert log.count("reduced in 0.02 s") == 12
+
+
+def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
+    """A worker that takes long to start (here its initializer sleeps 3 s) is given no rank until it is up: this
+    process reduces every rank meanwhile, and none waits in the pool's queue (the workers' fork server can still
+    be importing dlagg when the first files are probed)."""
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(6)]
+    job = SimpleNamespace(sources=tuple(sources))
+    with local_pool(2, len(sources), partial(time.sleep, 3)) as pool:
+        ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, io.StringIO()),
+                          pool=pool)  # type: ignore[arg-type]
+    assert [r.source.rank for r in ranks] == list(range(6))
+    assert {r.reduced_by for r in ranks} == {"this process"}
 
 
 @pytest.mark.parametrize("fail_in", ["this process", "a worker process"])
