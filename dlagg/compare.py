@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import DlaggError, OptionsError
-from .job import combine, communication_needed, map_ranks, rank_task
+from .job import combine, communication_needed, local_processes, map_ranks, rank_task
 from .log import Log
 from .options import Options
 from .reader import check_input
@@ -681,7 +681,8 @@ def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log 
     """A job reduced to a `Side` as the pipeline reduces one: ranks mapped (in process when one), combined."""
     log = log or Log(0)
     several = len(job.sources) > 1
-    task = rank_task(options, names, communication_needed(job, names), several)
+    task = rank_task(options, names, communication_needed(job, names), several,
+                     processes=None if options.scheduler else local_processes(options.workers, len(job.sources)))
     try:
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log)

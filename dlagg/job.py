@@ -40,7 +40,7 @@ from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
 from .pool import pool_context, shared_map
-from .reader import load_profile
+from .reader import load_profile, read_threads
 from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
 from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
@@ -123,18 +123,18 @@ def _rank_iterations(profile: Profile, options: Options, source: RankSource, sev
 
 def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
                 several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
-                log: Log | None = None, spill: Path | None = None) -> RankFigures:
+                log: Log | None = None, spill: Path | None = None, reader_threads: int | None = None) -> RankFigures:
     """One rank's figures (see the module docstring). `several`: one rank of several, which may have
     fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
     report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
     iterations): an in-process run writes the report while the next is built. `spill`: a folder where
     the rows of the reports' biggest tables (their ``spill``: one row per kernel launch, the GPU timeline) are
     kept instead of in the figures (reports/spilled.py: a local pool's process, so that the job's parent never
-    holds them)."""
+    holds them). `reader_threads`: the threads that read its file (default: one per core, up to 4)."""
     began = time.perf_counter()
     log = log or Log(0)
     with log.stage(f"read {source.path.name}"):
-        profile = load_profile(source.path, source.process)
+        profile = load_profile(source.path, source.process, reader_threads)
     log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
                f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
                f"nsys {profile.meta.nsys_version or 'version unknown'}")
@@ -196,6 +196,12 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def local_processes(workers: int | None, ranks: int) -> int:
+    """How many processes reduce `ranks` ranks at once here with `workers` asked for (default: one per core):
+    this one and its local pool's."""
+    return max(1, min(workers or default_workers(), ranks))
+
+
 def local_pool(workers: int | None, ranks: int,
                initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
     """The local process pool for `ranks` ranks: `workers` processes reduce them (default: one per core), this
@@ -203,7 +209,7 @@ def local_pool(workers: int | None, ranks: int,
     rank). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
     ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
     on it too."""
-    count = min(workers or default_workers(), ranks) - 1
+    count = local_processes(workers, ranks) - 1
     if count < 1:
         return None
     from concurrent.futures import ProcessPoolExecutor  # loaded with the first pool (pool.py)
@@ -372,7 +378,10 @@ def with_ncu_rank(options: Options, job: Job) -> Options:
     return options
 
 
-def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool,
-              spill: Path | None = None) -> Callable[[RankSource], RankFigures]:
-    """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask."""
-    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several, spill=spill)
+def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool, spill: Path | None = None,
+              processes: int | None = None) -> Callable[[RankSource], RankFigures]:
+    """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask. `processes`: how
+    many of this machine's processes reduce ranks at once (they share its cores for their reads); None on Dask,
+    whose workers read with their own machine's cores."""
+    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several, spill=spill,
+                   reader_threads=read_threads(processes) if processes else None)

@@ -21,13 +21,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dlagg import job as job_module
 from dlagg.cli import main
 from dlagg.job import largest_first, local_pool, map_ranks
 from dlagg.log import DETAILED, Log
 from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
 from dlagg.pool import shared_map
+from dlagg.reader import load_profile, read_threads
 from dlagg.reader.discover import discover, input_paths
+from dlagg.reader.schema import EVENT_TABLES
 
 from . import dlprof_csv
 from .builders import ExportBuilder
@@ -543,6 +546,35 @@ def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: 
     assert not several_files([f"--nsys_database={tmp_path}", "--workers=1"])  # in process
     assert not several_files([f"--nsys_database={tmp_path}", "--scheduler", "tcp://h:8786"])  # Dask
     assert not several_files(["--reports=all"])
+
+
+def test_a_rank_read_on_one_thread_is_read_as_on_four(multi) -> None:
+    """The reader's threads change how fast a file is read, not what is read: rank 1 of the one-session file, read
+    on 1 thread (two processes reducing ranks on two cores) and on 4, gives the same tables."""
+    path = databases(multi(ONE))[0]
+    process = discover([path]).sources[1].process
+    one, four = (load_profile(path, process, threads) for threads in (1, 4))
+    for table in EVENT_TABLES:
+        pd.testing.assert_frame_equal(getattr(one, table.name), getattr(four, table.name))
+    assert len(one.kernels) > 1000 and len(one.nvtx) > 100 and one.meta == four.meta
+
+
+def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(multi, monkeypatch, tmp_path) -> None:
+    """Each of the processes that reduce ranks at once reads its files on its share of the machine's cores (at
+    least 1, at most 4): with 2 workers on 6 cores, this process (one of the two) reads its ranks on 3 threads;
+    with 1 worker on 4."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert [read_threads(n) for n in (1, 2, 3)] == [2, 1, 1]
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert [read_threads(n) for n in (1, 2, 8, 64)] == [4, 4, 2, 1]
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    threads: dict[int, list[int | None]] = {1: [], 2: []}
+    for workers, seen in threads.items():
+        monkeypatch.setattr(job_module, "load_profile",
+                            lambda path, process, n, seen=seen: seen.append(n) or load_profile(path, process, n))
+        pipeline_run(Options(nsys_database=str(multi(PER)), reports=("ranks",), formats=("csv",), workers=workers,
+                             suppress_tb_files=True, output_path=tmp_path / str(workers), verbosity="quiet"))
+    assert threads[1] == [4, 4] and threads[2] and set(threads[2]) == {3}, threads
 
 
 def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "", starts: Path | None = None,

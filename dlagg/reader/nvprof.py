@@ -54,7 +54,7 @@ from . import schema
 from .cupti import DRIVER_NAMES, RUNTIME_NAMES, api_name
 from .demangle import demangle, short_name
 from .schema import NO_ID, Column
-from .sqlite import READ_THREADS, Database, _as_numpy, _close_nvtx, _time_range, empty_frame
+from .sqlite import Database, _as_numpy, _close_nvtx, _time_range, empty_frame
 from .validate import texts as utf8_texts
 
 KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
@@ -245,7 +245,7 @@ class _Read:
 
 def _read(db: Database, reader: _Reader) -> _Read:
     """Every table dlagg uses, read on the reader's threads."""
-    with ThreadPoolExecutor(READ_THREADS) as pool:
+    with ThreadPoolExecutor(db.threads) as pool:
         strings_job = pool.submit(_strings, db)
         kernels_job = pool.submit(reader.tables, KERNEL_TABLES, KERNEL_COLUMNS)
         api_job = pool.submit(reader.tables, (RUNTIME_TABLE, DRIVER_TABLE), API_COLUMNS)
@@ -345,7 +345,7 @@ def read_nvprof(db: Database) -> Profile:
     )
     text = f'(SELECT "value" FROM "{STRING_TABLE}" WHERE "_id_" = "name")'
     details = nv.NvtxDetails(partial(Database, db.path.resolve()), MARKER_TABLE if MARKER_TABLE in db.tables else None,
-                             text, READ_THREADS)
+                             text, db.threads)
     return Profile(strings=strings.table(), gpus=_gpus(db, strings), meta=meta, nvtx_names=texts.names,
                    nvtx_details=details, **{t.name: out[t.name] for t in schema.EVENT_TABLES})
 

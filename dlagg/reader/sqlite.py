@@ -61,8 +61,15 @@ RESERVED_PER_ROW = 16 * 9
 NVTX_SLICE_ROWS = 1 << 18
 # NVTX row-id spans up to which the rows are taken as dense (columns preallocated over the span).
 NVTX_DENSE_SPAN = 1 << 20
-# Worker threads for the reads; more than the cores only adds memory.
-READ_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+def read_threads(processes: int = 1) -> int:
+    """Threads for one file's reads while `processes` processes read files at once: the machine's cores shared
+    among them (more only adds memory and, where another process reads, takes turns on its core), at most 4."""
+    return max(1, min(4, (os.cpu_count() or 1) // max(1, processes)))
+
+
+READ_THREADS = read_threads()  # one process: as many slices of a big NVTX table as it has threads
 # Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
 PROCESS_THREADS = 1 << 24
 EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
@@ -127,9 +134,10 @@ class Database:
     thread, so several threads can read at once.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, threads: int | None = None) -> None:
         check_input(path)
         self.path = path
+        self.threads = threads or READ_THREADS  # that read it at once (`read_threads`)
         self.again = AGAIN
         self._local = threading.local()
         self._adbc: list[object] = []
@@ -651,7 +659,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         strings_table = _strings_table(db)
         nvtx = _NvtxRead(db, strings_table, flaws, process)
         others = [t for t in schema.EVENT_TABLES if t is not schema.NVTX]
-        with ThreadPoolExecutor(READ_THREADS) as pool:
+        with ThreadPoolExecutor(db.threads) as pool:
             # NVTX slices first: they are most of the work, the small tables fill in behind them
             slices = [pool.submit(nvtx.read_slice, lo, hi, offset) for lo, hi, offset in nvtx.slices]
             tables = {t.name: pool.submit(db.read, t, flaws, process) for t in others}
@@ -695,7 +703,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         process=process,
         warnings=warnings,
     )
-    details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, READ_THREADS)
+    details = nv.NvtxDetails(partial(Database, path.resolve()), nvtx.physical, nvtx.text, db.threads)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(base + np.arange(len(emit), dtype=np.int64), name="id"))
     return Profile(strings=strings, gpus=gpus, meta=meta, nvtx_names=nvtx_names, nvtx_details=details, **frames)
 
@@ -862,4 +870,4 @@ def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
     return va.integers(array, column.dtype, column.default).values
 
 
-__all__ = ["read_nsys", "Database", "check_input", "NO_ID"]
+__all__ = ["read_nsys", "read_threads", "Database", "check_input", "NO_ID"]
