@@ -379,9 +379,9 @@ def with_ncu_rank(options: Options, job: Job) -> Options:
 
 
 def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool, spill: Path | None = None,
-              processes: int | None = None) -> Callable[[RankSource], RankFigures]:
+              processes: int = 1) -> Callable[[RankSource], RankFigures]:
     """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask. `processes`: how
-    many of this machine's processes reduce ranks at once (they share its cores for their reads); None on Dask,
-    whose workers read with their own machine's cores."""
+    many of this machine's processes reduce ranks at once (they share its cores for their reads); not used on Dask
+    (--scheduler), whose workers read with their own machine's cores."""
     return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several, spill=spill,
-                   reader_threads=read_threads(processes) if processes else None)
+                   reader_threads=None if options.scheduler else read_threads(processes))

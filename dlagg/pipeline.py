@@ -340,7 +340,7 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
         spill = writes.staging.scratch() if workers is not None and not options.scheduler and any(
             REPORTS[n].spill for n in build) else None
         task = rank_task(options, build, comm, several=True, spill=spill,
-                         processes=None if options.scheduler else 1 + (pool_size(workers) if workers else 0))
+                         processes=1 + (pool_size(workers) if workers else 0))
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)
         info = _run_info(options, JobFigures(job, tuple(ranks), None), names)
