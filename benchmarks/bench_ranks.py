@@ -19,6 +19,13 @@ at least MIN_SPEEDUP times faster than 1, time linear in the number of ranks, pa
 MAX_PARENT_MB at 64 ranks. Timing results are printed, never asserted (``--strict`` exits 1 if a bar
 fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank files, about 80 s).
 
+Every timed run starts with its files in the page cache: its rank files, and the modules and libraries a dlagg
+run loads (listed once by a Python that imports them), are read just before it. Some virtual machines page out what
+has not been touched for a few seconds (this one runs DAMON's proactive reclaim, and its page cache is also dropped
+now and then): a run would then wait for the disk, by chance, for up to a second, which says nothing about dlagg.
+What each run still waited for the disk is printed (Linux's pressure stall information, /proc/pressure/io: the time
+some task of the machine was stalled on I/O during the run).
+
 With 1 worker the command's CPU time over its wall time says how many cores it keeps busy: more than one,
 as the reader runs a rank's table reads on threads at once; 2 workers are then at most the machine's ceiling
 (below) over that many times as fast.
@@ -131,10 +138,45 @@ def compile_dlagg() -> None:
 
 
 OUTPUTS: list[str] = []  # dlagg's own default (CSV and TensorBoard event files); main() may set others
+LOADED: list[Path] = []  # the modules and libraries a dlagg run loads (main() lists them)
+PRESSURE = Path("/proc/pressure/io")
+
+LIST_LOADED = """import os, sys
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+import concurrent.futures.process, multiprocessing.forkserver, dlagg.cli, dlagg._forkserver
+files = {getattr(m, a, None) for m in list(sys.modules.values()) for a in ("__file__", "__cached__")}
+files |= {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so") or ".so." in line}
+print("\\n".join(sorted(f for f in files if f and os.path.isfile(f))))"""
+
+
+def loaded_files() -> list[Path]:
+    """The files a dlagg run reads as it starts: the modules it imports (source and bytecode) and the shared libraries
+    they load, as a Python that imports them lists them."""
+    listed = subprocess.run([sys.executable, "-c", LIST_LOADED], capture_output=True, text=True, check=True)
+    return [Path(line) for line in listed.stdout.splitlines()]
+
+
+def warm(paths: list[Path]) -> None:
+    """Read `paths` whole, so that a timed run finds them in the page cache."""
+    for path in paths:
+        with path.open("rb") as handle:
+            while handle.read(1 << 20):
+                pass
+
+
+def io_stalled_us() -> int:
+    """Microseconds that some task of the machine has been stalled on I/O since boot (0 without PSI)."""
+    try:
+        some = next(line for line in PRESSURE.read_text().splitlines() if line.startswith("some"))
+    except (OSError, StopIteration):
+        return 0
+    return int(some.rsplit("total=", 1)[1])
 
 
 def run(folder: Path, workers: int, out: Path) -> dict:
     shutil.rmtree(out, ignore_errors=True)
+    warm([*sorted(folder.glob("*.sqlite")), *LOADED])
+    stalled = io_stalled_us()
     args = [f"--nsys_database={folder}", "--reports=all", *OUTPUTS, "-f", f"--workers={workers}",
             f"--output_path={out}", "-v", "detailed"]
     lines: list[tuple[float, str]] = []  # stderr, each line with when it came (read as it comes, by a thread)
@@ -150,7 +192,8 @@ def run(folder: Path, workers: int, out: Path) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"dlagg failed on {folder}: {stderr}")
     # the command's own CPU time (with 2 workers not its pool's, whose processes are the fork server's children)
-    figures = {"seconds": ended - began, "parent_kb": usage.ru_maxrss, "cpu": usage.ru_utime + usage.ru_stime}
+    figures = {"seconds": ended - began, "parent_kb": usage.ru_maxrss, "cpu": usage.ru_utime + usage.ru_stime,
+               "io_stall": (io_stalled_us() - stalled) / 1e6}
     # after the ranks: from the log line of the last rank reduced to the exit (the merge, the writes)
     reduced = [at for at, line in lines if LAST_RANK.search(line)]
     figures["after_ranks"] = ended - reduced[-1] if reduced else 0.0
@@ -236,6 +279,7 @@ def main() -> int:
     folders = {ranks: make_job(args.workdir, ranks) for ranks in (1, 16, 64)}
     parts = halves(args.workdir, folders[16])
     compile_dlagg()
+    LOADED[:] = loaded_files()
     rounds, ceilings, owns = [], [], []  # per round: the four cases' figures; the machine's ceilings
     for number in range(1, args.repeat + 1):  # rounds of the four cases, one after the other
         done = {(r, w): run(folders[r], w, args.workdir / "out") for r, w in cases}
@@ -245,7 +289,8 @@ def main() -> int:
         print(f"round {number}: " + ", ".join(f"{r} rank{'s' if r > 1 else ''}/{w} worker{'s' if w > 1 else ''} "
                                                f"{f['seconds']:.2f} s" for (r, w), f in done.items())
               + f", 2 workers vs 1 {done[16, 1]['seconds'] / done[16, 2]['seconds']:.2f}x; the machine's ceiling "
-              f"{ceilings[-1]:.2f}x (a CPU loop), {owns[-1]:.2f}x (dlagg's work)", flush=True)
+              f"{ceilings[-1]:.2f}x (a CPU loop), {owns[-1]:.2f}x (dlagg's work); waited for the disk "
+              f"{max(f['io_stall'] for f in done.values()):.2f} s at most", flush=True)
     for ranks, workers in cases:
         best = min((done[ranks, workers] for done in rounds), key=lambda f: f["seconds"])
         print(f"{ranks:>3} ranks, {workers} worker{'s' if workers > 1 else ' '}: {best['seconds']:7.2f} s (fastest)   "
@@ -257,6 +302,7 @@ def main() -> int:
     machine = statistics.median(ceilings)
     own = statistics.median(owns)
     cores = statistics.median(d[16, 1]["cpu"] / d[16, 1]["seconds"] for d in rounds)
+    stalls = [f["io_stall"] for d in rounds for f in d.values()]
     print(f"the machine: two CPU-bound processes at once run {machine:.2f}x as fast as one after the other, the "
           f"median over rounds; dlagg's 2 workers get {speedup / machine:.0%} of that")
     print(f"dlagg's work: two 1-worker runs of 8 of the 16 ranks each at once run {own:.2f}x as fast as one after "
@@ -264,6 +310,9 @@ def main() -> int:
     print(f"1 worker keeps {cores:.2f} cores busy at 16 ranks (CPU time over wall time, the median over rounds: the "
           f"reader's threads read a rank's tables at once); 2 workers can be at most {machine / cores:.2f}x as fast "
           "on this machine")
+    if PRESSURE.exists():
+        print(f"waited for the disk during a timed run (its files read just before it): {max(stalls):.2f} s at most, "
+              f"{statistics.median(stalls):.2f} s the median (/proc/pressure/io)")
     bars = [
         (f"2 workers vs 1 at 16 ranks: {speedup:.2f}x, the median over rounds (bar: at least {MIN_SPEEDUP}x)",
          speedup >= MIN_SPEEDUP),
