@@ -21,8 +21,9 @@ fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank
 
 Every timed run starts with its files in the page cache: its rank files, and the modules and libraries a dlagg
 run loads (listed once by a Python that imports them), are read just before it. Some virtual machines page out what
-has not been touched for a few seconds (this one runs DAMON's proactive reclaim, and its page cache is also dropped
-now and then): a run would then wait for the disk, by chance, for up to a second, which says nothing about dlagg.
+has not been touched for a while (this one runs a DAMON pageout scheme: about a minute untouched, and its page cache
+is also dropped now and then): a run would then wait for the disk, by chance, for up to a second, which says nothing
+about dlagg.
 What each run still waited for the disk is printed (Linux's pressure stall information, /proc/pressure/io: the time
 some task of the machine was stalled on I/O during the run).
 
@@ -145,7 +146,8 @@ LIST_LOADED = """import os, sys
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 import concurrent.futures.process, multiprocessing.forkserver, dlagg.cli, dlagg._forkserver
 files = {getattr(m, a, None) for m in list(sys.modules.values()) for a in ("__file__", "__cached__")}
-files |= {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so") or ".so." in line}
+if os.path.exists("/proc/self/maps"):  # Linux: the shared libraries mapped
+    files |= {line.split()[-1] for line in open("/proc/self/maps") if line.rstrip().endswith(".so") or ".so." in line}
 print("\\n".join(sorted(f for f in files if f and os.path.isfile(f))))"""
 
 
