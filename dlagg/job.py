@@ -45,6 +45,7 @@ from .reader.discover import Job, RankSource
 from .reports import REPORTS, Report
 from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
 from .reports.roofline import tc_warning
+from .reports.summary import config_env
 from .timeline.correlate import KERNEL
 from .timeline.iterations import detect_iterations, near_names
 from .writers.staging import output_error
@@ -173,7 +174,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     ops = ctx.ops.ops[OPS_INDEX].reset_index(drop=True) if "ops" in ctx.__dict__ else pd.DataFrame(
         {c: pd.Series(dtype=object) for c in OPS_INDEX})
     communication = rank_comm(ctx) if comm else None
-    return RankFigures(source=source, meta=profile.meta, gpus=profile.gpus, iterations=iterations, reports=reports,
+    meta = replace(profile.meta, system_env=config_env(profile.meta.system_env))  # what travels: the config's part
+    return RankFigures(source=source, meta=meta, gpus=profile.gpus, iterations=iterations, reports=reports,
                        ops=ops, comm=communication, warnings=tuple(warnings), seconds=time.perf_counter() - began,
                        peak_mb=peak_mb())
 

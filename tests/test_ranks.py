@@ -419,6 +419,23 @@ def test_a_rank_whose_launches_cannot_be_kept_is_an_output_error(multi, tmp_path
         reduce_rank(job.sources[0], options, ("iteration",), several=True, spill=blocked)
 
 
+def test_a_rank_ships_its_system_config_not_the_whole_environment(multi) -> None:
+    """What travels from a worker is small: of the export's system environment (the CPU list as JSON, the target's
+    environment variables), only what the summary's System Config shows; that report is built before."""
+    from dlagg.job import reduce_rank
+
+    path = databases(multi(PER))[0]
+    (rows, size), = query(path, "SELECT count(*), sum(length(CAST(value AS BLOB))) FROM TARGET_INFO_SYSTEM_ENV")
+    assert rows > 50 and size > 100_000
+    env = dict(query(path, "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                           "('CpuDescription', 'NvDriverVersion', 'CudaDriverVersion')"))
+    job = discover([path])
+    figures = reduce_rank(job.sources[0], Options(nsys_database=str(path), reports=("summary",)), ("summary",))
+    # DLProf's lines CPU Model, GPU Driver Version and CUDA Version (docs/reports.md)
+    assert figures.meta.system_env == {k: env[k] for k in ("CpuDescription", "NvDriverVersion", "CudaDriverVersion")}
+    assert figures.reports["summary"].table("system").values["cpu_model"] == env["CpuDescription"]
+
+
 def test_on_dask_the_outputs_are_written_here_by_a_local_pool(multi, tmp_path, monkeypatch) -> None:
     """With --scheduler the cluster reduces the ranks and the outputs are written here, by this process and a local
     pool (--workers=2), big tables in parts: the same bytes as --workers=1."""

@@ -122,6 +122,15 @@ def _cuda_version(raw: str) -> str:
     return raw
 
 
+CONFIG_KEYS = ("CpuDescription", "NvDriverVersion", "CudaDriverVersion")  # what system_config reads, with SystemInfo:*
+
+
+def config_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of an export's system environment that `system_config` reads. A rank's figures carry only this:
+    the rest (the CPU list as JSON, the target's environment variables) is 100 KB a rank that no report shows."""
+    return {k: v for k, v in env.items() if k in CONFIG_KEYS or k.startswith("SystemInfo:")}
+
+
 def _system_info(env: Mapping[str, str], word: str) -> str:
     """The first value of the export's SystemInfo table whose name contains `word` ('' when none)."""
     for name, value in env.items():  # a few dozen lines
