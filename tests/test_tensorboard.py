@@ -28,6 +28,7 @@ from dlagg.writers.tensorboard_writer import (
     _texts_px,
     iteration_scalars,
     md_escape,
+    scalars_layout,
     string_tensor,
     table_markdown,
 )
@@ -301,6 +302,30 @@ def test_custom_scalars_layout_charts_every_written_tag(amp: Path) -> None:
     titles = [c.title for c in main.layout.category]
     assert titles[:2] == ["Iterations", "Where the iteration time goes (ms)"]
     assert main.layout.category[0].chart[0].title == "Iteration time (ms)"  # the most useful chart first
+
+
+def test_many_ranks_layout_gives_each_rank_its_own_charts() -> None:
+    """Ranks 1 and 10 (one's tag prefix starts the other's), each with an op type of its own: a rank's category
+    charts exactly its own tags, one tag a chart; each compared quantity's charts hold every rank, at most five
+    lines a chart."""
+    ranks = [0, 1, 2, 10, 11, 12]
+    own = ["iteration/time_ms", "iteration/gpu_utilization_pct", "duration_ms/kernel", "duration_ms/cpu",
+           "op_type_gpu_ms/linear", "ranks/communication_wait_ms"]
+    tags = [f"rank{r}/{t}" for r in ranks for t in [*own, f"op_type_gpu_ms/op{r}"]]
+    layout = scalars_layout(tags)
+    patterns = {c.title: [p for chart in c.chart for p in chart.multiline.tag] for c in layout.category}
+    assert list(patterns) == ["Ranks compared", *(f"Rank {r}" for r in ranks)]
+    for r in ranks:
+        matched = [[t for t in tags if re.match(p, t)] for p in patterns[f"Rank {r}"]]
+        assert all(len(m) == 1 for m in matched), matched
+        # a rank's own charts: its iteration figures, time classes and op types (the ranks/ figures are compared)
+        assert sorted(m[0] for m in matched) == sorted(
+            f"rank{r}/{t}" for t in [*own, f"op_type_gpu_ms/op{r}"] if not t.startswith("ranks/"))
+    for quantity in ("iteration/time_ms", "iteration/gpu_utilization_pct", "ranks/communication_wait_ms"):
+        lines = [[t for t in tags if re.match(p, t)] for p in patterns["Ranks compared"]]
+        lines = [m for m in lines if m and m[0].endswith(quantity)]
+        assert [len(m) for m in lines] == [5, 1]
+        assert sorted(t for m in lines for t in m) == sorted(f"rank{r}/{quantity}" for r in ranks)
 
 
 def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> None:

@@ -516,14 +516,19 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
     """
     from tensorboard.plugins.custom_scalar import layout_pb2
 
-    ranks = sorted({int(m.group(1)) for t in tags if (m := RANK_PREFIX.match(t))})
-    if not ranks:
+    of_rank: dict[int, list[str]] = {}  # each rank's tags, in order: a rank's charts look at its own only
+    for t in tags:  # tags: a few dozen per rank
+        if m := RANK_PREFIX.match(t):
+            of_rank.setdefault(int(m.group(1)), []).append(t)
+    if not of_rank:
         return layout_pb2.Layout(category=[layout_pb2.Category(title=title, chart=charts)
                                            for title, charts in _profile_charts(tags) if charts])
+    ranks = sorted(of_rank)
+    present = set(tags)
     per_chart = max(1, MAX_LINES // max(runs_per_rank, 1))
     compared = []
     for tag, title in RANK_CHARTS.items():  # quantities, then groups of ranks
-        having = [r for r in ranks if f"rank{r}/{tag}" in tags]
+        having = [r for r in ranks if f"rank{r}/{tag}" in present]
         for k in range(0, len(having), per_chart):
             group = having[k:k + per_chart]
             which = "" if len(group) == len(having) else (f", rank {group[0]}" if len(group) == 1 else
@@ -532,7 +537,7 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
                                    rf"^rank({'|'.join(map(str, group))})/{re.escape(tag)}$"))
     categories = [layout_pb2.Category(title="Ranks compared", chart=compared)]
     for k, rank in enumerate(ranks):  # ranks, not events
-        charts = [c for _, part in _profile_charts(tags, f"rank{rank}/") for c in part]
+        charts = [c for _, part in _profile_charts(of_rank[rank], f"rank{rank}/") for c in part]
         categories.append(layout_pb2.Category(title=f"Rank {rank}", chart=charts, closed=k > 0))
     return layout_pb2.Layout(category=categories)
 
