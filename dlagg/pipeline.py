@@ -512,9 +512,9 @@ class _Writes:
     processes, a lane (a thread here) per pool process takes the next waiting job as soon as its last has ended,
     so the pool writes while this process merges the next reports; `results` then takes jobs too, from the same
     queue. There, a table of more than 2 x PART_ROWS rows (the iteration report of many ranks) is written in
-    parts: each part's rows are formatted by a job of their own into a file of the staging folder, and `results`
-    joins the parts into the report's file (the writers' ``rows`` and ``write(..., rows=)``), so that every
-    process formats a share of a big file instead of one formatting it while the others wait.
+    parts: each part's rows are formatted by a job of their own into a file of the staging folder, and the first
+    process free joins the parts into the report's file (the writers' ``rows`` and ``write(..., rows=)``), so that
+    every process formats a share of a big file instead of one formatting it while the others wait.
 
     A writer of every report at once that renders each report on its own (TensorBoard's text dashboards) gets
     each report's piece made by the job that writes the report's files (``make_pieces``), into a file of the
@@ -582,11 +582,26 @@ class _Writes:
             self.ready.notify()
 
     def _take(self) -> _Job | None:
-        """A lane's next job: the next waiting one, once there is one; None when the writes are closed."""
+        """A lane's next job: a join whose parts are all made, else the next waiting job, once there is one; None
+        when the writes are closed. (Joins go to whichever process is free: the parts of the iteration report of
+        1,024 ranks are 3 GB to copy, which a worker does while this process runs the TensorBoard job; that job,
+        which waits for files too, stays here, where its reports are.)"""
         with self.ready:
-            while not self.pending and not self.closed:
+            while not self.closed:
+                job = self._made(_join) or (self.pending.popleft() if self.pending else None)
+                if job is not None:
+                    return job
                 self.ready.wait()
-            return self.pending.popleft() if self.pending else None
+            return None
+
+    def _made(self, task: Callable[..., _Outcome] | None = None) -> _Job | None:
+        """The first job waiting for files whose files are all made (of `task`, when given), taken off the list;
+        the lock held."""
+        for k, job in enumerate(self.waiting):
+            if (task is None or job.task is task) and self.made.issuperset(job.after):
+                del self.waiting[k]
+                return job
+        return None
 
     def _lane(self) -> None:
         """A pool process's lane: its jobs one after the other, each started when the last has ended."""
@@ -634,10 +649,9 @@ class _Writes:
         files) the next of the former once ready; None when none is left or a job has failed."""
         with self.ready:
             while not self.closed:
-                for k, job in enumerate(self.waiting):
-                    if self.made.issuperset(job.after):
-                        del self.waiting[k]
-                        return job
+                job = self._made()
+                if job is not None:
+                    return job
                 if self.pending:
                     return self.pending.popleft()
                 if not self.waiting:

@@ -326,19 +326,22 @@ def test_the_pool_makes_the_text_dashboards_with_the_reports_files(multi, tmp_pa
 
 
 def written_in_parts(monkeypatch, args: list[str], out: Path) -> list[tuple[str, str, int]]:
-    """Run dlagg in process with parts of 1,024 rows; the reports joined from parts: (report, format, parts)."""
+    """Run dlagg in process with parts of 1,024 rows; the reports to be joined from parts: (report, format, parts).
+    (Counted as they are queued: a join runs on whichever process is free, a worker's too.)"""
     from dlagg import pipeline
 
     joined: list[tuple[str, str, int]] = []
-    join = pipeline._join
+    queue = pipeline._Writes._queue
 
-    def counted(fmt, report, staged, out_dir, info, key, parts):
-        joined.append((report.name, fmt, len(parts)))
-        return join(fmt, report, staged, out_dir, info, key, parts)
+    def counted(self, job) -> None:
+        if job.task is pipeline._join:
+            fmt, report, *_, parts = job.args
+            joined.append((report.name, fmt, len(parts)))
+        queue(self, job)
 
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "PART_ROWS", 1024)
-        patch.setattr(pipeline, "_join", counted)
+        patch.setattr(pipeline._Writes, "_queue", counted)
         assert main([*args, f"--output_path={out}"]) == 0
     return joined
 
