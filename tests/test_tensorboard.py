@@ -321,9 +321,9 @@ def test_many_ranks_layout_gives_each_rank_its_own_charts() -> None:
         # a rank's own charts: its iteration figures, time classes and op types (the ranks/ figures are compared)
         assert sorted(m[0] for m in matched) == sorted(
             f"rank{r}/{t}" for t in [*own, f"op_type_gpu_ms/op{r}"] if not t.startswith("ranks/"))
+    compared = [[t for t in tags if re.match(p, t)] for p in patterns["Ranks compared"]]
     for quantity in ("iteration/time_ms", "iteration/gpu_utilization_pct", "ranks/communication_wait_ms"):
-        lines = [[t for t in tags if re.match(p, t)] for p in patterns["Ranks compared"]]
-        lines = [m for m in lines if m and m[0].endswith(quantity)]
+        lines = [m for m in compared if m and m[0].endswith(quantity)]
         assert [len(m) for m in lines] == [5, 1]
         assert sorted(t for m in lines for t in m) == sorted(f"rank{r}/{quantity}" for r in ranks)
 
