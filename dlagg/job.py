@@ -22,9 +22,11 @@ reports carry its figures; combined reports take that rank's.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -252,12 +254,33 @@ def largest_first(sources: Sequence[RankSource]) -> list[RankSource]:
 
 
 def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "this process") -> None:
-    """Say that a rank is reduced, and `where`: this process, a worker process or a Dask worker."""
+    """Say that a rank is reduced, and `where`: this process, a worker process or a Dask worker. And take what this
+    process holds now, the ranks' figures so far among it, out of the garbage collector's sight (`gc.freeze`): they
+    are kept until the merge, and a full collection visits every object held (about 2,000 per rank's figures) while
+    no other thread of this process runs. Full collections come ever less often as more is held, and take ever longer:
+    at 1,024 ranks each took 1.5 s, and together about 8 s while neither process reduced a rank (this one collecting,
+    the pool's worker waiting for its next rank). Frozen objects are still freed once unreferenced, as the figures are
+    when merged; what it keeps from the collector is garbage in reference cycles, which the figures do not make. A run
+    gives the frozen objects back when it ends (`collector_spared`)."""
+    gc.freeze()
     if total > 1:
         log.info(f"rank {figures.source.rank} ({figures.source.path.name}): {figures.iterations.count} iterations, "
                  f"reduced in {figures.seconds:.2f} s ({done}/{total})")
         log.detail(f"rank {figures.source.rank}: peak memory of the process that reduced it ({where}) "
                    f"{figures.peak_mb:,.0f} MB")
+
+
+@contextmanager
+def collector_spared() -> Iterator[None]:
+    """A run's scope for the `gc.freeze` of its ranks' figures (`_done`): when the run ends, what was frozen is the
+    collector's again, unless the caller had frozen objects before (a server that forks: those stay frozen, and the
+    run's with them)."""
+    frozen_before = gc.get_freeze_count()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
 
 
 def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures], pool: ProcessPoolExecutor,

@@ -32,6 +32,7 @@ from . import __version__
 from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
 from .errors import OptionsError, OutputError
 from .job import (
+    collector_spared,
     combine,
     communication_needed,
     local_pool,
@@ -268,7 +269,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
-    with ExitStack() as pools:  # they end after the staging folder, once the writes on them have (_Writes)
+    with collector_spared(), ExitStack() as pools:  # pools end after the staging folder, once its writes have
         paths = _checked_inputs(options.nsys_database)
         workers = _pool(options, len(paths), worker_init, pools)
         job = discover(paths, _probe_all(options, len(paths), workers))

@@ -7,6 +7,7 @@ hand-built exports, never from dlagg's output.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -23,7 +24,7 @@ import pytest
 
 from dlagg import job as job_module
 from dlagg.cli import main
-from dlagg.job import largest_first, local_pool, map_ranks
+from dlagg.job import collector_spared, largest_first, local_pool, map_ranks
 from dlagg.log import DETAILED, Log
 from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
@@ -632,6 +633,31 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
         for rank in numbers:
             assert f"rank {rank}: peak memory of the process that reduced it ({where}) 1 MB" in log, log
     assert log.count("reduced in 0.02 s") == 12
+
+
+def test_the_ranks_figures_are_kept_from_the_collector_until_the_run_ends(multi, tmp_path) -> None:
+    """A full garbage collection visits every object held, while nothing else in the process runs: the ranks' figures,
+    held until the merge, are frozen as they come (gc.freeze), and the run gives them back to the collector when it
+    ends, leaving a caller's own frozen objects frozen."""
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(3)]
+    job = SimpleNamespace(sources=tuple(sources))
+    gc.unfreeze()  # what tests of map_ranks alone (no run around it) froze
+    with collector_spared():
+        ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), seconds=0), workers=1)  # type: ignore
+        seen = {id(o) for o in gc.get_objects()}  # the collector's generations, not the frozen objects
+        assert gc.is_tracked(ranks[0]) and not any(id(r) in seen for r in ranks)
+    assert gc.get_freeze_count() == 0 and all(id(r) in {id(o) for o in gc.get_objects()} for r in ranks)
+    result = pipeline_run(Options(nsys_database=str(multi(PER)), reports=("ranks",), output_path=tmp_path / "run",
+                                  workers=1, verbosity="quiet"))
+    assert len(result.ranks) == 2 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_spared():
+            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), seconds=0), workers=1)  # type: ignore
+        assert gc.get_freeze_count() >= frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
