@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from .. import limits
 from ..errors import InputError
-from ..model import Profile, ProfileMeta, StringTable
+from ..model import SYSTEM_INFO, Profile, ProfileMeta, StringTable
 from . import nvtx as nv
 from . import schema
 from . import validate as va
@@ -382,7 +382,7 @@ def _system_info(db: Database) -> dict[str, str]:
     else:
         first = db.query(f'SELECT * FROM "{physical}" LIMIT 1')
         rows = list(zip(columns, first[0], strict=True)) if first else []
-    return {f"SystemInfo:{k}": str(v) for k, v in rows if v is not None and str(v) != ""}
+    return {f"{SYSTEM_INFO}{k}": str(v) for k, v in rows if v is not None and str(v) != ""}
 
 
 _GPU_COLUMNS = {  # dlagg column -> candidate nsys columns, across TARGET_INFO_GPU / _CUDA_GPU versions

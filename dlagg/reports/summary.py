@@ -38,7 +38,7 @@ import pandas as pd
 
 from .. import __version__
 from ..context import RankContext
-from ..model import share
+from ..model import SYSTEM_INFO, share
 from ..timeline.breakdown import CLASS_LABELS, CLASSES
 from ..timeline.correlate import KERNEL, memory_label
 from .base import JobFigures, Report, merges, report
@@ -122,19 +122,21 @@ def _cuda_version(raw: str) -> str:
     return raw
 
 
-CONFIG_KEYS = ("CpuDescription", "NvDriverVersion", "CudaDriverVersion")  # what system_config reads, with SystemInfo:*
+# the system environment's lines that system_config reads: three by name, and nsys 2022.1's SystemInfo table
+CPU_KEY, DRIVER_KEY, CUDA_KEY = "CpuDescription", "NvDriverVersion", "CudaDriverVersion"
+CONFIG_KEYS = (CPU_KEY, DRIVER_KEY, CUDA_KEY)
 
 
 def config_env(env: Mapping[str, str]) -> dict[str, str]:
     """The part of an export's system environment that `system_config` reads. A rank's figures carry only this:
     the rest (the CPU list as JSON, the target's environment variables) is 100 KB a rank that no report shows."""
-    return {k: v for k, v in env.items() if k in CONFIG_KEYS or k.startswith("SystemInfo:")}
+    return {k: v for k, v in env.items() if k in CONFIG_KEYS or k.startswith(SYSTEM_INFO)}
 
 
 def _system_info(env: Mapping[str, str], word: str) -> str:
     """The first value of the export's SystemInfo table whose name contains `word` ('' when none)."""
     for name, value in env.items():  # a few dozen lines
-        if name.startswith("SystemInfo:") and word in name.lower():
+        if name.startswith(SYSTEM_INFO) and word in name.lower():
             return value
     return ""
 
@@ -148,15 +150,15 @@ def system_config(ctx: RankContext) -> list[tuple[Field, object]]:
     rows: list[tuple[Field, object]] = [(Field("gpu_count", "GPU Count", COUNT), len(gpus))]
     if len(gpus):
         rows.append((Field("gpu_names", "GPU Name(s)"), ", ".join(str(n) for n in gpus["name"])))
-    if env.get("CpuDescription"):
-        rows.append((Field("cpu_model", "CPU Model"), env["CpuDescription"]))
-    if env.get("NvDriverVersion"):
-        rows.append((Field("driver_version", "GPU Driver Version"), driver_version(env["NvDriverVersion"])))
+    if env.get(CPU_KEY):
+        rows.append((Field("cpu_model", "CPU Model"), env[CPU_KEY]))
+    if env.get(DRIVER_KEY):
+        rows.append((Field("driver_version", "GPU Driver Version"), driver_version(env[DRIVER_KEY])))
     framework = _system_info(env, "framework")
     if framework:
         rows.append((Field("framework", "Framework"), framework))
-    if env.get("CudaDriverVersion"):  # the CUDA version the driver supports: all an export says
-        rows.append((Field("cuda_driver_version", "CUDA Version"), _cuda_version(env["CudaDriverVersion"])))
+    if env.get(CUDA_KEY):  # the CUDA version the driver supports: all an export says
+        rows.append((Field("cuda_driver_version", "CUDA Version"), _cuda_version(env[CUDA_KEY])))
     cudnn = _system_info(env, "cudnn")
     if cudnn:
         rows.append((Field("cudnn_version", "cuDNN Version"), cudnn))
