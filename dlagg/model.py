@@ -8,7 +8,7 @@ nsys session clock, strings are int64 ids into the profile's ``StringTable``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,6 +47,19 @@ def categorical(codes: np.ndarray, texts: np.ndarray | list[str]) -> pd.Categori
 def share(part: float, whole: float) -> float:
     """`part` as a percentage of `whole` (0 when `whole` is 0): the one definition; texts format it."""
     return 100.0 * part / whole if whole else 0.0
+
+
+def stack_ranks(frames: Sequence[pd.DataFrame], ranks: Sequence[int], *, first: bool = False) -> pd.DataFrame:
+    """Several ranks' frames one after the other, each row with its rank in a column `rank` (the last, or the
+    `first`): stacked once, and the ranks repeated once (not a copy of each frame with its rank added, a thousand
+    frames at 1,024 ranks)."""
+    frame = pd.concat(frames, ignore_index=True)
+    rank = np.repeat(np.asarray(ranks, dtype=np.int64), [len(f) for f in frames])
+    if first:
+        frame.insert(0, "rank", rank)
+    else:
+        frame["rank"] = rank
+    return frame
 
 
 def rows_where(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..model import stack_ranks
 from .collectives import RankComm
 
 KEY = ["iteration", "name", "stream", "k"]
@@ -49,11 +50,8 @@ class Matched:
 
 
 def match_collectives(ranks: Sequence[RankInput]) -> Matched:
-    rows = []
-    for r in ranks:  # ranks, not events
-        frame = r.comm.collectives.assign(rank=r.rank)
-        rows.append(frame)
-    table = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=[*KEY, "rank"])
+    table = (stack_ranks([r.comm.collectives for r in ranks], [r.rank for r in ranks]) if ranks
+             else pd.DataFrame(columns=[*KEY, "rank"]))
     warnings: list[str] = []
     n_ranks = len(ranks)
     counts = table.groupby(KEY, sort=False)["rank"].transform("nunique") if len(table) else pd.Series(dtype=int)
@@ -107,14 +105,15 @@ def _align(ranks: Sequence[RankInput], table: pd.DataFrame, warnings: list[str])
         m = table[table["matched"].to_numpy()]
         ends = m.assign(end=m["end"].to_numpy() + m["rank"].map(offsets).to_numpy(), file=m["rank"].map(file_of))
         per_file = ends.groupby([*KEY, "file"], sort=False)["end"].median().unstack("file")
-        for f in files[1:]:
-            if f in per_file and reference in per_file:
-                shift = (per_file[reference] - per_file[f]).dropna()
-                if len(shift):
-                    refine = int(np.round(np.median(shift.to_numpy())))
-                    for r in ranks:
-                        if r.file == f:
-                            offsets[r.rank] += refine
+        if reference in per_file:  # per file: how much later its collectives end than the reference file's (median)
+            later = per_file[reference].to_numpy()[:, None] - per_file.to_numpy()
+            refine: dict[str, int] = {}
+            for f, shift in zip(per_file.columns, later.T, strict=True):  # files, not events
+                shift = shift[~np.isnan(shift)]
+                if f != reference and len(shift):
+                    refine[f] = int(np.round(np.median(shift)))
+            for r in ranks:
+                offsets[r.rank] += refine.get(r.file, 0)
     residual: dict[int, float] = {r.rank: 0.0 for r in ranks}
     if len(table) and table["matched"].any():
         m = table[table["matched"].to_numpy()]

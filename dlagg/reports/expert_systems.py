@@ -17,6 +17,7 @@ import pandas as pd
 from ..context import RankContext
 from ..expert import Finding, run_detectors
 from ..expert.base import LEADING, iteration_list
+from ..model import stack_ranks
 from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table
 from .ranks import job_findings
@@ -83,8 +84,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     """Each detector's finding of the rank where it has most at stake (with the ranks it fired on), and the
     findings only the ranks together show (straggler, communication); ranked by time at stake."""
     ranks = job.rank_numbers
-    stacked = pd.concat([r.main.frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)],
-                        ignore_index=True)
+    stacked = stack_ranks([r.main.frame for r in reports], ranks)
     fired = stacked.groupby("detector", sort=False)["rank"].agg(lambda values: iteration_list(values))
     worst = (stacked.assign(_stake=stacked["time_at_stake_ns"].astype("Float64").fillna(-1.0))
              .sort_values(["_stake", "rank"], ascending=[False, True], kind="stable").drop_duplicates("detector"))
@@ -97,7 +97,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     frame = frame.assign(_lead=~frame["detector"].isin(LEADING),
                          _stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
         ["_lead", "_stake"], ascending=[True, False], kind="stable").drop(columns=["_lead", "_stake"])
-    statuses = pd.concat([r.table("detectors").frame.assign(rank=n) for r, n in zip(reports, ranks, strict=True)])
+    statuses = stack_ranks([r.table("detectors").frame for r in reports], ranks)
     detectors = statuses.groupby("detector", sort=False).apply(_status, include_groups=False).reset_index()
     detectors = pd.concat([detectors, pd.DataFrame({"detector": ["straggler", "communication"],
                                                     "status": ["fired" if (job_found["detector"] == d).any()

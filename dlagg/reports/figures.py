@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..model import stack_ranks
 from .spilled import Spilled, spill, stacked
 
 KEY, SUM, MIN, MAX, ANY, FIRST, DERIVED = "key", "sum", "min", "max", "any", "first", "derived"
@@ -230,7 +231,12 @@ RANK_FIELD = Field("rank", "Rank", merge=KEY)
 
 def with_rank(tables: Sequence[Table], ranks: Sequence[int]) -> Table:
     """Several ranks' tables of the same kind stacked, each row with its rank first."""
-    return stacked_table(tables, (RANK_FIELD, *tables[0].fields), partial(rank_first, ranks=tuple(ranks)))
+    fields = (RANK_FIELD, *tables[0].fields)
+    if all(t.spilled is not None for t in tables):
+        return stacked_table(tables, fields, partial(rank_first, ranks=tuple(ranks)))
+    first = tables[0]
+    frame = stack_ranks([t.frame for t in tables], ranks, first=True)
+    return Table(first.key, first.title, fields, frame[[f.key for f in fields]], first.key_value, first.csv)
 
 
 def stacked_table(tables: Sequence[Table], fields: tuple[Field, ...],

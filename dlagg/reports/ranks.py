@@ -101,21 +101,10 @@ def aggregated_collectives(job: JobFigures) -> pd.DataFrame:
     return table[(ranks[at] == rank) & (iteration >= first[at]) & (iteration <= last[at])]
 
 
-def _rank_iterations(job: JobFigures) -> pd.DataFrame:
-    """Every rank's per-iteration figures (``RankComm.iterations``) stacked, each row with its rank first."""
-    parts = [(r.source.rank, r.comm.iterations) for r in job.ranks if r.comm is not None]
-    columns = ["iteration", "duration", "compute", "comm", "exposed", "idle"]
-    frame = pd.DataFrame({c: np.concatenate([p[c].to_numpy() for _, p in parts]) if parts else np.zeros(0)
-                          for c in columns})
-    frame.insert(0, "rank", np.repeat(np.asarray([n for n, _ in parts], dtype=np.int64),
-                                      [len(p) for _, p in parts]))
-    return frame
-
-
 def rank_table(job: JobFigures) -> pd.DataFrame:
     colls = aggregated_collectives(job)
     ranks = job.rank_numbers
-    means = _rank_iterations(job).groupby("rank").mean().reindex(ranks)
+    means = job.comm_iterations.groupby("rank").mean().reindex(ranks)
     sums = colls.groupby("rank")[["wait", "lateness", "last"]].sum().reindex(ranks, fill_value=0)
     counts = colls.groupby("rank").size().reindex(ranks, fill_value=0)
     n = np.asarray([r.iterations.stop - r.iterations.start + 1 for r in job.ranks], dtype=np.float64)
@@ -145,7 +134,7 @@ def iteration_table(job: JobFigures) -> pd.DataFrame:
     """The ranks report's figures per rank and aggregated iteration (for charts)."""
     if not any(r.comm is not None for r in job.ranks):
         return pd.DataFrame({f.key: pd.Series(dtype=np.int64) for f in ITERATION_FIELDS})
-    per = _rank_iterations(job)
+    per = job.comm_iterations
     sums = (aggregated_collectives(job).groupby(["rank", "iteration"])[["wait", "lateness"]].sum()
             .reindex(pd.MultiIndex.from_arrays([per["rank"].to_numpy(), per["iteration"].to_numpy()])))
     return pd.DataFrame({
@@ -210,8 +199,7 @@ def build_collectives(job: JobFigures, deps: Mapping[str, Report]) -> Report:
 # --- findings -----------------------------------------------------------------------------------
 
 def _typical_iteration(job: JobFigures) -> float:
-    its = [r.comm.iterations["duration"].to_numpy(dtype=np.float64) for r in job.ranks if r.comm is not None]
-    values = np.concatenate(its) if its else np.zeros(0)
+    values = job.comm_iterations["duration"].to_numpy(dtype=np.float64)
     return float(np.median(values)) if len(values) else 0.0
 
 
@@ -291,11 +279,8 @@ def _where_it_loses(job: JobFigures, rank: int) -> tuple[str, str]:
 
 def communication(job: JobFigures) -> list[Finding]:
     """Communication that no compute hides: how much is waiting for other ranks, how much is transfer."""
-    per = [r.comm.iterations.assign(rank=r.source.rank) for r in job.ranks if r.comm is not None]
-    if not per:
-        return []
-    frame = pd.concat(per, ignore_index=True)
-    if frame["comm"].sum() == 0:
+    frame = job.comm_iterations
+    if frame.empty or frame["comm"].sum() == 0:
         return []
     typical = _typical_iteration(job)
     exposed = frame.groupby("iteration")["exposed"].mean()
