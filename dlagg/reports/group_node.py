@@ -84,22 +84,43 @@ def base_figures(ctx: RankContext) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _rows(rows: pd.DataFrame, ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
     """Report rows from base rows and path-op rows labelled by their `prefix`: totals, ops, and
-    per-iteration averages, minima and maxima over `iterations` aggregated iterations."""
-    per_iteration = rows.groupby(["prefix", "iteration"], sort=False)[["calls", *(f.key for f in TOTALS)]].sum()
-    by = per_iteration.groupby(level=0, sort=False)
-    table = pd.DataFrame({"calls": by["calls"].sum()})
-    counted = ops.drop_duplicates(["prefix", "op"]).groupby("prefix", sort=False)[["tc_eligible", "using_tc"]].sum()
-    table["tc_eligible_ops"] = counted["tc_eligible"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
-    table["using_tc_ops"] = counted["using_tc"].reindex(table.index).fillna(0).to_numpy(dtype=np.int64)
-    missing = by.size().reindex(table.index).to_numpy() < iterations  # an iteration without a call counts 0
+    per-iteration averages, minima and maxima over `iterations` aggregated iterations.
+
+    In numpy over the (prefix, iteration) sums: a few hundred rows, where each pandas group-by cost more than
+    its work (the two calls of a rank's `by_prefix` took 34 ms in group-bys, 4.4 ms so)."""
+    prefix, names = pd.factorize(rows["prefix"].to_numpy(dtype=object))  # in order of first appearance
+    iteration, distinct = pd.factorize(rows["iteration"].to_numpy())
+    width = max(len(distinct), 1)
+    pairs, pair = np.unique(prefix * width + iteration, return_inverse=True)  # each row's (prefix, iteration)
+    owner = pairs // width  # each pair's prefix
+    missing = np.bincount(owner, minlength=len(names)) < iterations  # an iteration without a call counts 0
+
+    def over_prefixes(values: np.ndarray, ufunc: np.ufunc, start: int) -> np.ndarray:
+        out = np.full(len(names), start, dtype=np.int64)
+        ufunc.at(out, owner, values)
+        return out
+
+    def over_pairs(column: str) -> np.ndarray:
+        out = np.zeros(len(pairs), dtype=np.int64)
+        np.add.at(out, np.ravel(pair), rows[column].to_numpy(dtype=np.int64))
+        return out
+
+    table: dict[str, np.ndarray] = {"name": names, "calls": over_prefixes(over_pairs("calls"), np.add, 0)}
+    distinct_ops = ops.drop_duplicates(["prefix", "op"])
+    at = pd.Index(names).get_indexer(distinct_ops["prefix"].to_numpy(dtype=object))
+    for key, column in (("tc_eligible_ops", "tc_eligible"), ("using_tc_ops", "using_tc")):
+        counts = np.zeros(len(names), dtype=np.int64)
+        np.add.at(counts, at[at >= 0], distinct_ops[column].to_numpy(dtype=np.int64)[at >= 0])
+        table[key] = counts
+    low_start, high_start = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     for k, total in enumerate(TOTALS):
         avg, low, high = METRIC_FIELDS[4 * k + 1:4 * k + 4]
-        sums = by[total.key].sum().reindex(table.index)
-        table[total.key] = sums.to_numpy(dtype=np.int64)
-        table[avg.key] = sums.to_numpy(dtype=np.float64) / max(iterations, 1)
-        table[low.key] = np.where(missing, 0, by[total.key].min().reindex(table.index).to_numpy()).astype(np.int64)
-        table[high.key] = by[total.key].max().reindex(table.index).to_numpy(dtype=np.int64)
-    return table.rename_axis("name").reset_index()
+        sums = over_pairs(total.key)
+        table[total.key] = over_prefixes(sums, np.add, 0)
+        table[avg.key] = table[total.key].astype(np.float64) / max(iterations, 1)
+        table[low.key] = np.where(missing, 0, over_prefixes(sums, np.minimum, low_start))
+        table[high.key] = over_prefixes(sums, np.maximum, high_start)
+    return pd.DataFrame(table)
 
 
 def by_prefix(base: pd.DataFrame, path_ops: pd.DataFrame, iterations: int) -> pd.DataFrame:
