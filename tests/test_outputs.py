@@ -399,6 +399,34 @@ def test_this_process_and_the_pool_share_the_waiting_jobs(tmp_path: Path, monkey
     assert dict(written)["a"] == pool_thread and dict(written)["b"] == here and dict(written)["c"] == pool_thread
 
 
+def test_a_join_is_left_to_the_lane_while_a_job_of_this_process_waits(tmp_path: Path, monkeypatch) -> None:
+    """The parts of a big report are all made while the pool's worker still writes another report, whose piece the
+    TensorBoard job (a job only this process runs) waits for: this process leaves the join to the lane, free next,
+    and runs its own job once the piece is made; it does not copy the parts while the lane waits."""
+    ran: dict[str, str] = {}  # job -> thread that ran it
+
+    def job(name: str, seconds: float = 0.0) -> Callable[..., list]:
+        def task(*_: object) -> list:
+            ran[name] = threading.current_thread().name
+            time.sleep(seconds)
+            return []
+        return task
+
+    join = job("join")
+    monkeypatch.setattr(pipeline, "_join", join)
+    part, piece = tmp_path / "part", tmp_path / "piece"
+    with ThreadPoolExecutor(1) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+        pool_thread = pool.submit(lambda: threading.current_thread().name).result()
+        writes._queue(pipeline._Job("collectives", tmp_path, job("collectives", 0.3), (), makes=(piece,)))
+        until(lambda: "collectives" in ran)  # the lane is busy
+        writes._queue(pipeline._Job("iteration", tmp_path, job("part"), (), makes=(part,)))  # for this process
+        writes._queue(pipeline._Job("iteration", tmp_path, join, (), after=(part,)))
+        writes._queue(pipeline._Job("tensorboard", tmp_path, job("tensorboard"), (), after=(piece,)))
+        writes.results(["csv"], [])
+    here = threading.main_thread().name
+    assert ran["part"] == here and ran["join"] == pool_thread and ran["tensorboard"] == here
+
+
 def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: Path, monkeypatch) -> None:
     """A run that fails while a write job runs leaves the ``with`` of its writes only once that job has ended (the
     staging folder is removed next); the jobs not yet started never start."""
