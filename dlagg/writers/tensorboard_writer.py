@@ -542,9 +542,9 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
     return layout_pb2.Layout(category=categories)
 
 
-def _write_runs(folder: Path, runs: Mapping[str, list]) -> list[Path]:
-    """Per run (a folder under `folder`, "" for `folder` itself), one event file holding its events, written in
-    order (TFRecord framing: the bytes TensorBoard's writer writes, with a faster CRC: writers/tfrecord.py).
+def _write_runs(folder: Path, runs: Mapping[str, list[bytes]]) -> list[Path]:
+    """Per run (a folder under `folder`, "" for `folder` itself), one event file holding its events (serialized),
+    written in order (TFRecord framing: the bytes TensorBoard's writer writes, with a faster CRC: writers/tfrecord.py).
 
     Written synchronously: tensorboard's EventFileWriter hands every event to a writer thread
     through a 10-slot queue, which costs more than the encoding for thousands of iterations.
@@ -556,7 +556,7 @@ def _write_runs(folder: Path, runs: Mapping[str, list]) -> list[Path]:
     name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
     header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2",
                              source_metadata=event_pb2.SourceMetadata(writer="dlagg")).SerializeToString()
-    files = framed([[header, *(event.SerializeToString() for event in events)] for events in runs.values()])
+    files = framed([[header, *events] for events in runs.values()])
     paths = []
     for run, data in zip(runs, files, strict=True):  # runs: the job's, then one or a few per rank
         (folder / run).mkdir(parents=True, exist_ok=True)
@@ -565,35 +565,20 @@ def _write_runs(folder: Path, runs: Mapping[str, list]) -> list[Path]:
     return paths
 
 
-def _scalar_events(values: pd.DataFrame, wall_time: float) -> list:
-    """One event per iteration holding every defined scalar; descriptions on each tag's first value.
-
-    The values are the protos ``scalar_pb`` makes (a float32 tensor, the scalars plugin's metadata
-    on a tag's first value only, as TensorFlow's writers do), built directly: ``scalar_pb`` costs
-    more per call than the rest of this writer.
-    """
-    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+def _scalar_events(values: pd.DataFrame, wall_time: float) -> list[bytes]:
+    """One event per iteration holding every defined scalar; descriptions on each tag's first value: the
+    serialized events of the protos ``scalar_pb`` makes (a float32 tensor, the scalars plugin's metadata on a
+    tag's first value only, as TensorFlow's writers do), put together directly (writers/event_wire.py)."""
     from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-    shape = tensor_shape_pb2.TensorShapeProto()
+    from .event_wire import scalar_events
+
     tags = [str(tag) for tag in values.columns]
-    first = {tag: scalar_metadata.create_summary_metadata(
-        display_name=None, description=SCALAR_DESCRIPTIONS.get(tag, OP_TYPE_DESCRIPTION)) for tag in tags}
-    described: set[str] = set()
-    events = []
-    data = values.to_numpy(dtype=np.float32)
-    for step, row in zip(values.index.to_numpy(), data, strict=True):  # one event per iteration
-        summary = summary_pb2.Summary()
-        for tag, value in zip(tags, row.tolist(), strict=True):
-            if value != value:  # NaN: undefined in this iteration
-                continue
-            value_pb = summary.value.add(tag=tag, tensor=tensor_pb2.TensorProto(
-                dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[value]))
-            if tag not in described:  # as TensorFlow's writers do: the plugin metadata once per tag and run
-                described.add(tag)
-                value_pb.metadata.CopyFrom(first[tag])
-        events.append(event_pb2.Event(wall_time=wall_time, step=int(step), summary=summary))
-    return events
+    described = [scalar_metadata.create_summary_metadata(
+        display_name=None, description=SCALAR_DESCRIPTIONS.get(tag, OP_TYPE_DESCRIPTION)).SerializeToString()
+        for tag in tags]
+    return scalar_events(values.index.to_numpy().tolist(), tags, values.to_numpy(dtype=np.float32), described,
+                         wall_time)
 
 
 def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.TensorProto (imported lazily)
@@ -611,7 +596,7 @@ def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.Tensor
 
 
 def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str], runs_per_rank: int,
-                   wall_time: float, texts: Mapping[str, Mapping[str, str]] | None = None) -> list:
+                   wall_time: float, texts: Mapping[str, Mapping[str, str]] | None = None) -> list[bytes]:
     """Step 0: the text dashboards (those of `texts` as given), the reports' images and the custom-scalars
     layout (when there are scalars): the values tensorboard's text, image and custom-scalars summaries make
     (``text_pb``, and the image and custom-scalars summaries' ``pb``, which import TensorFlow)."""
@@ -634,7 +619,7 @@ def _static_events(reports: Sequence[Report], info: RunInfo, tags: Sequence[str]
     if tags:
         summary.value.add(tag=layout_metadata.CONFIG_SUMMARY_TAG, metadata=layout_metadata.create_summary_metadata(),
                           tensor=string_tensor(scalars_layout(tags, runs_per_rank).SerializeToString()))
-    return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary)]
+    return [event_pb2.Event(wall_time=wall_time, step=0, summary=summary).SerializeToString()]
 
 
 def _swap_in(built: Path, final: Path) -> None:
@@ -672,7 +657,7 @@ class TensorboardWriter:
         several = summary is not None and "rank" in summary.table("iterations").frame
         wall_time = time.time()
         shown = [r for r in reports if r.name in info.reports]
-        runs: dict[str, list] = {}  # run folder (relative) -> events
+        runs: dict[str, list[bytes]] = {}  # run folder (relative) -> events (serialized)
         tags: list[str] = []
         runs_per_rank = 1
         scalars = iteration_scalars(summary, ranks, info.ranks if several else (None,)) if summary is not None else {}
