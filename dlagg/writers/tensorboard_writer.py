@@ -44,6 +44,7 @@ protobuf are imported inside ``write`` only, so CSV/JSON runs do not pay for the
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -569,16 +570,20 @@ def _scalar_events(values: pd.DataFrame, wall_time: float) -> list[bytes]:
     """One event per iteration holding every defined scalar; descriptions on each tag's first value: the
     serialized events of the protos ``scalar_pb`` makes (a float32 tensor, the scalars plugin's metadata on a
     tag's first value only, as TensorFlow's writers do), put together directly (writers/event_wire.py)."""
-    from tensorboard.plugins.scalar import metadata as scalar_metadata
-
     from .event_wire import scalar_events
 
     tags = [str(tag) for tag in values.columns]
-    described = [scalar_metadata.create_summary_metadata(
-        display_name=None, description=SCALAR_DESCRIPTIONS.get(tag, OP_TYPE_DESCRIPTION)).SerializeToString()
-        for tag in tags]
+    described = [_scalar_metadata(SCALAR_DESCRIPTIONS.get(tag, OP_TYPE_DESCRIPTION)) for tag in tags]
     return scalar_events(values.index.to_numpy().tolist(), tags, values.to_numpy(dtype=np.float32), described,
                          wall_time)
+
+
+@functools.cache
+def _scalar_metadata(description: str) -> bytes:
+    """The scalars plugin's metadata with this description, serialized (a few descriptions, for every rank's tags)."""
+    from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+    return scalar_metadata.create_summary_metadata(display_name=None, description=description).SerializeToString()
 
 
 def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.TensorProto (imported lazily)
