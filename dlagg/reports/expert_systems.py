@@ -97,12 +97,12 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     frame = frame.assign(_lead=~frame["detector"].isin(LEADING),
                          _stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
         ["_lead", "_stake"], ascending=[True, False], kind="stable").drop(columns=["_lead", "_stake"])
-    statuses = stack_ranks([r.table("detectors").frame for r in reports], ranks)
-    detectors = statuses.groupby("detector", sort=False).apply(_status, include_groups=False).reset_index()
-    detectors = pd.concat([detectors, pd.DataFrame({"detector": ["straggler", "communication"],
-                                                    "status": ["fired" if (job_found["detector"] == d).any()
-                                                               else "silent" for d in ("straggler", "communication")],
-                                                    "missing_data": ["", ""]})], ignore_index=True)
+    of_job = pd.DataFrame({"detector": ["straggler", "communication"],
+                           "status": ["fired" if (job_found["detector"] == d).any() else "silent"
+                                      for d in ("straggler", "communication")],
+                           "missing_data": ["", ""]})
+    detectors = pd.concat([_statuses(stack_ranks([r.table("detectors").frame for r in reports], ranks)), of_job],
+                          ignore_index=True)
     fields = (*FIELDS, Field("ranks", "Ranks"))
     return Report("expert_systems", "expert_systems", (
         Table("findings", "Expert Systems Feedback", fields, frame[[f.key for f in fields]].reset_index(drop=True)),
@@ -110,12 +110,21 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     ))
 
 
-def _status(rows: pd.DataFrame) -> pd.Series:
-    """A detector's status over ranks: 'fired on ranks 0-2', 'silent', or 'not run' (and why)."""
-    fired = rows[rows["status"] == "fired"]["rank"].to_numpy()
-    if len(fired):
-        return pd.Series({"status": f"fired on ranks {iteration_list(fired)}", "missing_data": ""})
-    missing = rows[rows["status"] == "not run"]
-    if len(missing) == len(rows):
-        return pd.Series({"status": "not run", "missing_data": str(missing["missing_data"].iloc[0])})
-    return pd.Series({"status": "silent", "missing_data": ""})
+def _statuses(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each detector's status over ranks (`rows`: every rank's, with its rank): 'fired on ranks 0-2', 'silent', or
+    'not run' (and why); the detectors in order of first appearance."""
+    detector = rows["detector"].to_numpy(dtype=object)
+    status = rows["status"].to_numpy(dtype=object)
+    rank = rows["rank"].to_numpy()
+    missing = rows["missing_data"].to_numpy(dtype=object)
+    out = []
+    for name in pd.unique(detector):  # detectors, not events
+        mine = detector == name
+        fired = rank[mine & (status == "fired")]
+        if len(fired):
+            out.append((name, f"fired on ranks {iteration_list(fired)}", ""))
+        elif (status[mine] == "not run").all():
+            out.append((name, "not run", str(missing[mine][0])))
+        else:
+            out.append((name, "silent", ""))
+    return pd.DataFrame(out, columns=["detector", "status", "missing_data"])
