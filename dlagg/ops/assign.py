@@ -787,17 +787,22 @@ def op_ids(ops: pd.DataFrame) -> np.ndarray:
                     ids.reindex(ops["op_key"].to_numpy()).to_numpy(dtype=object))
 
 
+OP_ID_PARTS = re.compile(r"^(.*?)_(\d+)$")  # type stem, ordinal
+
+
 def op_id_order(ids: pd.Series | np.ndarray) -> np.ndarray:
     """Positions that sort Op IDs as DLProf's detailed report lists them: by type stem, then ordinal as a
-    number (``CONV2D_2`` before ``CONV2D_10``); empty IDs first. Computed per distinct ID."""
-    values = pd.Series(np.asarray(ids, dtype=object)).astype(str)
-    distinct = pd.Series(values.unique())
-    parts = distinct.str.extract(r"^(?P<stem>.*?)_(?P<number>\d+)$")
-    frame = pd.DataFrame({"stem": parts["stem"].fillna(distinct), "number": pd.to_numeric(parts["number"]).fillna(0),
-                          "id": distinct})
-    rank = frame.sort_values(["stem", "number", "id"], kind="stable").reset_index(drop=True)
-    position = pd.Series(np.arange(len(rank)), index=rank["id"].to_numpy())
-    return position.reindex(values.to_numpy()).to_numpy(dtype=np.int64)
+    number (``CONV2D_2`` before ``CONV2D_10``); empty IDs first. Computed per distinct ID (a few hundred: sorted
+    in Python, where pandas' string extraction and sort cost 3 ms a call)."""
+    distinct, inverse = np.unique(np.asarray(ids, dtype=object).astype(str), return_inverse=True)
+
+    def key(text: str) -> tuple[str, int, str]:
+        parts = OP_ID_PARTS.match(text)
+        return (parts[1], int(parts[2]), text) if parts else (text, 0, text)
+
+    position = np.empty(len(distinct), dtype=np.int64)
+    position[sorted(range(len(distinct)), key=lambda k: key(str(distinct[k])))] = np.arange(len(distinct))
+    return position[np.ravel(inverse)]
 
 
 def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.ndarray], work: pd.DataFrame,
