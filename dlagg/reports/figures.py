@@ -66,6 +66,7 @@ class Table:
     csv: bool = True  # written in the DLProf CSV (False: figures for the other writers only)
     spilled: Spilled | None = None  # where its rows are when not in `_frame`
     _index: dict[str, Field] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _values: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         keys = [f.key for f in self.fields]
@@ -76,6 +77,8 @@ class Table:
         if self.spilled is not None and len(self._frame):
             raise ValueError(f"table {self.key}: rows both in memory and in files")
         self._index.update((f.key, f) for f in self.fields)
+        if self.key_value and self.spilled is None:  # read once, where the table is made (a rank's, on its worker)
+            self._values.update(self._first_row())
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -116,8 +119,13 @@ class Table:
 
     @property
     def values(self) -> dict[str, object]:
-        """A key/value table's figures by key (plain Python values)."""
-        return {f.key: _plain(self.frame[f.key].iat[0]) for f in self.fields}  # column by column: no upcast
+        """A key/value table's figures by key (plain Python values): read when the table is made, so that a merge of
+        many ranks does not read every rank's in this process (0.17 ms a summary table: 0.2 s at 1,024 ranks)."""
+        return dict(self._values) if self._values else self._first_row()
+
+    def _first_row(self) -> dict[str, object]:
+        frame = self.frame
+        return {f.key: _plain(frame[f.key].iat[0]) for f in self.fields}  # column by column: no upcast
 
     def with_frame(self, frame: pd.DataFrame) -> Table:
         """The same table (fields, titles) over other rows."""
