@@ -58,12 +58,15 @@ def operation(short_name: str) -> str:
     return match.group(1) if match else short_name
 
 
+ITERATION_COLUMNS = ("iteration", "duration", "compute", "comm", "exposed", "idle")  # RankComm.iterations' columns
+
+
 @dataclass(frozen=True)
 class RankComm:
     """What the cross-rank reduce needs from one rank (rank clock, ns)."""
 
     collectives: pd.DataFrame  # iteration, name, stream, k, start, end, api_start, nvtx (one row per comm kernel)
-    iterations: pd.DataFrame  # per aggregated iteration: iteration, duration, compute, comm, exposed, idle
+    iterations: pd.DataFrame  # per aggregated iteration: ITERATION_COLUMNS
     parts: pd.DataFrame  # per aggregated iteration and key-node sub-range: iteration, part, time
 
 
@@ -151,14 +154,8 @@ def _per_iteration(ctx: RankContext, comm: np.ndarray) -> pd.DataFrame:
         sums /= len(devices)
     else:
         sums[3] = ends - starts
-    return pd.DataFrame({
-        "iteration": np.arange(its.start, its.stop + 1),
-        "duration": ends - starts,
-        "compute": sums[0],
-        "comm": sums[1],
-        "exposed": sums[2],
-        "idle": sums[3],
-    })
+    return pd.DataFrame(dict(zip(ITERATION_COLUMNS, (np.arange(its.start, its.stop + 1), ends - starts, *sums),
+                                 strict=True)))
 
 
 def _parts(ctx: RankContext) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
-from ..comm import Matched, RankComm
+from ..comm import ITERATION_COLUMNS, Matched, RankComm
 from ..model import Iterations, ProfileMeta, categorical, stack_ranks
 from ..ops.assign import op_ids
 from ..reader.discover import Job, RankSource
@@ -72,9 +72,6 @@ class RankFigures:
     peak_mb: float = 0.0  # peak resident memory of the process that reduced it, so far (MB)
 
 
-COMM_ITERATION_COLUMNS = ("iteration", "duration", "compute", "comm", "exposed", "idle")
-
-
 @dataclass(frozen=True)
 class JobFigures:
     """Every rank's figures, and what relates them: aligned clocks and matched collectives."""
@@ -94,12 +91,12 @@ class JobFigures:
 
     @cached_property
     def comm_iterations(self) -> pd.DataFrame:
-        """Every rank's per-iteration figures (``RankComm.iterations``: iteration, duration, compute, comm, exposed,
-        idle) stacked, each row with its rank first; the ranks that reduced their communication."""
+        """Every rank's per-iteration figures (``RankComm.iterations``) stacked, each row with its rank first; the
+        ranks that reduced their communication."""
         ranks = [r for r in self.ranks if r.comm is not None]
         if not ranks:
             return pd.DataFrame({"rank": pd.Series(dtype="int64"),
-                                 **{c: pd.Series(dtype="float64") for c in COMM_ITERATION_COLUMNS}})
+                                 **{c: pd.Series(dtype="float64") for c in ITERATION_COLUMNS}})
         return stack_ranks([r.comm.iterations for r in ranks], [r.source.rank for r in ranks], first=True)
 
     @cached_property
