@@ -7,6 +7,7 @@ the Ops column names the ops that launched the FP32 kernels.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -64,16 +65,24 @@ def _head(name: str) -> str:
     return name
 
 
+_ELIGIBLE = re.compile(ELIGIBLE_KERNEL, re.I)
+_NOT_ELIGIBLE = re.compile(NOT_ELIGIBLE_KERNEL, re.I)
+_TF32 = re.compile(TF32_KERNEL, re.I)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _kernel_class(name: str) -> tuple[bool, bool, bool]:
+    """One kernel name: (GEMM/conv math, helper of such math, TF32). Kept per process: the ranks of a job, which
+    one process reduces one after the other, run the same kernels."""
+    head = _head(name)
+    helper = bool(_NOT_ELIGIBLE.search(head))
+    return bool(_ELIGIBLE.search(head)) and not helper, helper, bool(_TF32.search(head))
+
+
 def _classes(names: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct kernel name: (GEMM/conv math, helper of such math, TF32)."""
-    eligible_re = re.compile(ELIGIBLE_KERNEL, re.I)
-    not_re = re.compile(NOT_ELIGIBLE_KERNEL, re.I)
-    tf32_re = re.compile(TF32_KERNEL, re.I)
-    heads = names.astype(str).map(_head)
-    helper = heads.map(lambda s: bool(not_re.search(s))).to_numpy(dtype=bool)
-    math = heads.map(lambda s: bool(eligible_re.search(s))).to_numpy(dtype=bool) & ~helper
-    tf32 = heads.map(lambda s: bool(tf32_re.search(s))).to_numpy(dtype=bool)
-    return math, helper, tf32
+    classes = np.array([_kernel_class(name) for name in names.astype(str)], dtype=bool).reshape(-1, 3)
+    return classes[:, 0], classes[:, 1], classes[:, 2]
 
 
 @dataclass(frozen=True)
