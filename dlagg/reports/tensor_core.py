@@ -55,16 +55,25 @@ def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Serie
     key = ctx.ops.instances["key"].to_numpy()[instance[mine]]
     names = work["name_id"].to_numpy()[mine]
     tc = ctx.uses_tc(names)
+    short = ctx.short_name_ids(names)
+    wanted = np.isin(key, keys.to_numpy())
+    key, short, tc = key[wanted], short[wanted], tc[wanted]
     # a kernel (short name) is a TC kernel of the op when any of its launches there ran on Tensor Cores
-    pairs = pd.DataFrame({"key": key, "short": ctx.short_name_ids(names), "tc": tc}).groupby(
-        ["key", "short"], sort=False)["tc"].any().reset_index()
-    pairs = pairs[pairs["key"].isin(keys)]
-    pairs["name"] = ctx.profile.strings.decode(pairs["short"]).to_numpy()
+    span = int(short.max()) + 2 if len(short) else 1  # short ids from -1 (unknown)
+    pairs, inverse = np.unique(key * span + short + 1, return_inverse=True)
+    pair_tc = np.bincount(np.ravel(inverse), weights=tc, minlength=len(pairs)) > 0
+    pair_names = ctx.profile.strings.decode(pairs % span - 1).to_numpy(dtype=object)
+    # in Python over the distinct (op, kernel) pairs: a pandas group-by with a join per op took 6 ms a rank
+    tc_names: dict[int, set[str]] = {}
+    other_names: dict[int, set[str]] = {}
+    for k, name, uses in zip((pairs // span).tolist(), pair_names.tolist(), pair_tc.tolist(), strict=True):
+        (tc_names if uses else other_names).setdefault(k, set()).add(name)
+    every = {k: tc_names.get(k, set()) | other_names.get(k, set()) for k in {*tc_names, *other_names}}
 
-    def joined(frame: pd.DataFrame) -> pd.Series:
-        return frame.groupby("key")["name"].agg(lambda names: ", ".join(sorted(set(names))))
+    def joined(per_key: dict[int, set[str]]) -> pd.Series:
+        return pd.Series({k: ", ".join(sorted(names)) for k, names in per_key.items()}, dtype=object)
 
-    return joined(pairs[pairs["tc"]]), joined(pairs[~pairs["tc"]]), pairs.groupby("key")["name"].nunique()
+    return joined(tc_names), joined(other_names), pd.Series({k: len(n) for k, n in every.items()}, dtype=np.int64)
 
 
 @report("tensor", file_suffix="tensor_core", requires={"kernels"})
