@@ -16,6 +16,19 @@ import numpy as np
 import pandas as pd
 
 
+def _text_dtype() -> pd.StringDtype | str:
+    """The dtype of an export's strings: Arrow-backed text, NaN where missing (what pandas 3 infers for text), also in
+    a process that keeps inferred text as Python objects (cli.tune_process), where "str" would mean NumPy's
+    fixed-width strings. pandas before 2.3 has no such dtype: its "str"."""
+    try:
+        return pd.StringDtype("pyarrow", na_value=np.nan)
+    except TypeError:
+        return "str"
+
+
+TEXT = _text_dtype()
+
+
 def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct ids, position of each id among them), like ``np.unique(return_inverse=True)``
     but in O(n) through a mark table when the ids span a small range (string ids, row numbers)."""

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from ..model import Profile, ProfileMeta, StringTable, factorize_ids
+from ..model import TEXT, Profile, ProfileMeta, StringTable, factorize_ids
 from . import nvtx as nv
 from . import schema
 from .cupti import DRIVER_NAMES, RUNTIME_NAMES, api_name
@@ -477,7 +477,7 @@ class _Strings:
     def table(self) -> StringTable:
         values = pa.chunked_array(self.parts, type=pa.string())
         index = np.concatenate((self.ids, np.arange(self.next - (len(values) - len(self.ids)), self.next)))
-        return StringTable(pd.Series(pd.array(values, dtype="str"), index=pd.Index(index, copy=False)))
+        return StringTable(pd.Series(pd.array(values, dtype=TEXT), index=pd.Index(index, copy=False)))
 
 
 def _gpus(db: Database, strings: _Strings) -> pd.DataFrame:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from .. import limits
 from ..errors import InputError
-from ..model import SYSTEM_INFO, Profile, ProfileMeta, StringTable
+from ..model import SYSTEM_INFO, TEXT, Profile, ProfileMeta, StringTable
 from . import nvtx as nv
 from . import schema
 from . import validate as va
@@ -715,7 +715,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
 def _strings(ids: np.ndarray, values: pa.Array, names: pa.Array, base: int) -> StringTable:
     """The export's strings (`ids`, `values`) and the distinct NVTX names after them (ids from `base` on)."""
     return StringTable(pd.Series(
-        pd.array(pa.chunked_array([values, names], type=pa.string()), dtype="str"),
+        pd.array(pa.chunked_array([values, names], type=pa.string()), dtype=TEXT),
         index=pd.Index(np.concatenate((ids, base + np.arange(len(names), dtype=np.int64))), copy=False)))
 
 
