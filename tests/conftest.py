@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -105,3 +107,43 @@ def dlagg(capture: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
         code = int(exc.code or 0)
     out, err = capture.readouterr()
     return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _text_inference_as_the_session_began() -> Iterator[None]:
+    """Each test starts with pandas' text inference as the session began: the command line, which many tests run
+    in-process, sets it for its process (cli.keep_text_as_objects)."""
+    with text_inference_kept():
+        yield
+
+
+def text_inference() -> bool | None:
+    """pandas' ``future.infer_string`` (None where pandas has no such option)."""
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas 3 deprecates the option
+        try:
+            return bool(pd.get_option("future.infer_string"))
+        except (pd.errors.OptionError, KeyError):
+            return None
+
+
+@contextmanager
+def text_inference_kept(during: bool | None = None) -> Iterator[None]:
+    """pandas' text inference set to `during` (when given) in the block, and as it was after it."""
+    import pandas as pd
+
+    before = text_inference()
+
+    def put(value: bool | None) -> None:
+        if value is not None and before is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                pd.set_option("future.infer_string", value)
+
+    put(during)
+    try:
+        yield
+    finally:
+        put(before)

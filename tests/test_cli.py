@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import dlagg, recording
+from dlagg import cli
+from dlagg.options import Options
+from dlagg.pipeline import run as pipeline_run
+
+from .conftest import dlagg, recording, text_inference, text_inference_kept
 
 
 def sha256(path: Path) -> str:
@@ -187,3 +191,41 @@ def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys,
     if isinstance(raised, MemoryError):
         assert "needs about" in err and "docs/memory.md" in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_the_command_line_runs_with_pandas_text_kept_as_python_objects(db: Path, tmp_path: Path, capsys,
+                                                                      monkeypatch) -> None:
+    """The command line keeps the text pandas infers as Python objects (cli.keep_text_as_objects: pandas 3's Arrow
+    text cost a rank's reports about a quarter of their CPU time), and its workers do (cli.tune_process)."""
+    seen = []
+    real = cli.run
+
+    def run(*args, **kwargs):
+        seen.append((text_inference(), kwargs.get("worker_init")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "run", run)
+    with text_inference_kept(during=True):
+        code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}")
+    assert code == 0, err
+    assert seen == [(False if text_inference() is not None else None, cli.tune_process)]
+
+
+@pytest.mark.parametrize("name", ["resnet_amp", "ddp2_gpt_per_rank"])
+def test_reports_are_the_same_bytes_whether_pandas_keeps_text_in_arrow_or_as_objects(name: str, multi,
+                                                                                      tmp_path: Path) -> None:
+    """A library caller may leave pandas 3's Arrow text on; the command line turns it off. Every report (CSV, JSON,
+    HTML) is the same bytes either way, on one GPU and on two ranks (reduced in this process)."""
+    if text_inference() is None:
+        pytest.skip("this pandas has no choice of text inference")
+    source = recording(name) if name == "resnet_amp" else multi(name)
+    written = {}
+    for infer in (True, False):
+        out = tmp_path / f"infer_{infer}"
+        with text_inference_kept(during=infer):
+            pipeline_run(Options(nsys_database=str(source), reports=("all",), formats=("csv", "json", "html"),
+                                 output_path=out, suppress_tb_files=True, workers=1, verbosity="quiet"))
+        written[infer] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert len(written[True]) >= 17 and written[True].keys() == written[False].keys()
+    for path, data in written[True].items():
+        assert written[False][path] == data, path
