@@ -77,7 +77,7 @@ class Table:
         if self.spilled is not None and len(self._frame):
             raise ValueError(f"table {self.key}: rows both in memory and in files")
         self._index.update((f.key, f) for f in self.fields)
-        if self.key_value and self.spilled is None:  # read once, where the table is made (a rank's, on its worker)
+        if self.key_value:  # read once, where the table is made (a rank's, on its worker); never spilled: one row
             self._values.update(self._first_row())
 
     @property
