@@ -419,8 +419,8 @@ def _gpus(db: Database, flaws: va.Flaws | None = None) -> pd.DataFrame:
     by_device: dict[int, tuple[object, ...]] = {}
     if best is not None:
         _, rows, physical, picks = best
-        usable = [(_whole(device), _gpu_name(name), *map(_whole, rest)) for device, name, *rest in rows
-                  if _whole(device) is not None]
+        read = [(_whole(device), _gpu_name(name), *map(_whole, rest)) for device, name, *rest in rows]
+        usable = [row for row in read if row[0] is not None]
         if len(usable) < len(rows) and flaws is not None:
             flaws.add("type", physical, len(rows) - len(usable), picks["device_id"] or "")
         for row in usable:  # the first row of each device
