@@ -790,9 +790,8 @@ def op_ids(ops: pd.DataFrame) -> np.ndarray:
         stem = stems[types[k]]
         counts[stem] = counts.get(stem, 0) + 1
         ids[keys[k]] = f"{stem}_{counts[stem]}"
-    return np.array([ids[key] if linked == "" else ids.get(linked, "") for key, linked in zip(keys, forward,
-                                                                                                strict=True)],
-                    dtype=object)
+    return np.array([ids[key] if linked == "" else ids.get(linked, "")
+                     for key, linked in zip(keys, forward, strict=True)], dtype=object)
 
 
 OP_ID_PARTS = re.compile(r"^(.*?)_(\d+)$")  # type stem, ordinal
