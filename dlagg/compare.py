@@ -682,7 +682,7 @@ def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log 
     log = log or Log(0)
     several = len(job.sources) > 1
     task = rank_task(options, names, communication_needed(job, names), several,
-                     processes=local_processes(options.workers, len(job.sources)))
+                     processes=local_processes(options.workers, [s.share for s in job.sources]))
     try:
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log)

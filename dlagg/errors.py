@@ -23,6 +23,10 @@ class OutputError(DlaggError):
     """An output cannot be written (folder not writable, file exists without --force)."""
 
 
+class WorkerLost(DlaggError):
+    """A process of the local pool ended abruptly while it worked (killed: most often by the system, for memory)."""
+
+
 class RecordError(DlaggError):
     """Running the program under nsys, or exporting its report, failed (nsys missing, program not found, ...).
 

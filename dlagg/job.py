@@ -37,7 +37,8 @@ import pandas as pd
 
 from .comm import RankInput, match_collectives, rank_comm
 from .context import RankContext
-from .errors import DlaggError, OptionsError
+from .errors import DlaggError, OptionsError, WorkerLost
+from .limits import available_memory, processes_that_fit, rank_memory
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
@@ -200,20 +201,47 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def local_processes(workers: int | None, ranks: int) -> int:
-    """How many processes reduce `ranks` ranks at once here with `workers` asked for (default: one per core):
-    this one and its local pool's."""
-    return max(1, min(workers or default_workers(), ranks))
+def local_processes(workers: int | None, shares: Sequence[int]) -> int:
+    """How many processes reduce ranks of `shares` export bytes at once here (this one and its local pool's) with
+    `workers` asked for (`plan_processes`)."""
+    return plan_processes(workers, shares)[0]
 
 
-def local_pool(workers: int | None, ranks: int,
+def plan_processes(workers: int | None, shares: Sequence[int]) -> tuple[int, str, bool]:
+    """How many processes reduce ranks of `shares` export bytes at once here, with `workers` asked for: that many,
+    at most one per rank; by default one per core, but no more than the memory available holds at once (each takes
+    one of the largest ranks: `limits.processes_that_fit`). And what to say about it, if anything: why fewer than
+    one per core (information), or that the processes asked for may not fit in memory (True: a warning)."""
+    count = max(1, min(workers or default_workers(), len(shares)))
+    available = available_memory() if count > 1 else None
+    if available is None:
+        return count, "", False
+    fit = processes_that_fit(shares, available)
+    if fit >= count:
+        return count, "", False
+    largest = sorted(shares, reverse=True)[:count]
+    if workers is None:
+        return fit, (f"{fit} process{'es' if fit > 1 else ''} reduce{'s' if fit == 1 else ''} the ranks at once, not "
+                     f"one per core ({count}): {_size(available)} of memory is available and the largest ranks need "
+                     f"about {_size(rank_memory(largest[0]))} each (docs/memory.md); --workers sets the number"), False
+    need = sum(rank_memory(share) for share in largest)
+    return count, (f"--workers={workers}: reducing {count} ranks at once needs about {_size(need)} of memory and "
+                   f"{_size(available)} is available; a worker process may be killed for memory: --workers={fit} "
+                   "fits"), True
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.0f} MB"
+
+
+def local_pool(workers: int | None, shares: Sequence[int],
                initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
-    """The local process pool for `ranks` ranks: `workers` processes reduce them (default: one per core), this
-    one among them, so the pool has one worker fewer (None when that leaves none: one worker asked for, or one
-    rank). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
+    """The local process pool for ranks of `shares` export bytes: `local_processes` reduce them, this one among
+    them, so the pool has one worker fewer (None when that leaves none: one worker asked for, one rank, or memory
+    for one). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
     ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
     on it too."""
-    count = local_processes(workers, ranks) - 1
+    count = local_processes(workers, shares) - 1
     if count < 1:
         return None
     from concurrent.futures import ProcessPoolExecutor  # loaded with the first pool (pool.py)
@@ -234,7 +262,7 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
     elif pool is not None:
         results = _on_pool(sources, task, pool, log)
     else:
-        own = local_pool(workers, len(sources), initializer)
+        own = local_pool(workers, [s.share for s in sources], initializer)
         if own is None:
             results = []
             for source in sources:  # ranks, not events
@@ -294,7 +322,7 @@ def _on_pool(sources: list[RankSource], task: Callable[[RankSource], RankFigures
         ended += 1
         _done(figures, ended, len(sources), log, where)
 
-    return shared_map(sources, task, pool, done)
+    return shared_map(sources, task, pool, done, describe=lambda s: f"reducing rank {s.rank} ({s.path.name})")
 
 
 def dask_client(address: str) -> Any:
@@ -314,23 +342,34 @@ def dask_client(address: str) -> Any:
 def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures], address: str,
              log: Log) -> list[RankFigures]:
     """A Dask distributed cluster: each worker reads its ranks' files from its own path."""
+    from distributed import KilledWorker
     from distributed import as_completed as dask_completed
 
     client = dask_client(address)
     try:
         futures = client.map(task, sources, pure=False)
+        source = {future.key: s for future, s in zip(futures, sources, strict=True)}
         results: list[RankFigures] = []
         for future in dask_completed(futures):  # ranks, not events
             try:
                 results.append(future.result())
             except DlaggError:
                 raise
+            except KilledWorker:  # the scheduler gave up on the rank: every worker that ran it died
+                raise _killed_on_dask(source[future.key]) from None
             except Exception as exc:  # a worker's failure: say which rank
                 raise RuntimeError(f"a Dask worker failed on a rank: {type(exc).__name__}: {exc}") from exc
             _done(results[-1], len(results), len(sources), log, "a Dask worker")
         return results
     finally:
         client.close()
+
+
+def _killed_on_dask(rank: RankSource) -> WorkerLost:
+    return WorkerLost(f"Dask gave up on rank {rank.rank} ({rank.path.name}): the workers that ran it died while it ran "
+                      "(KilledWorker), most likely for memory (a worker's nanny restarts it past 95% of its memory "
+                      "limit, the system kills it past the machine's); give each Dask worker more memory (dask worker "
+                      "--memory-limit, fewer --nthreads) (docs/memory.md)")
 
 
 def probe_on_dask(address: str, probe: Callable[[Path], Any], files: list[Path]) -> list[Any]:

@@ -11,11 +11,18 @@ plus `PER_EXPORT_BYTE` bytes per byte of export, in address space.
 Contract: `room` is None when no limit is set (or on systems without ``resource``); `fits(n)` says
 whether a reservation of `n` bytes leaves room for the other reader threads' own; `needed` is the
 documented estimate; `out_of_memory` is the one line the CLI prints.
+
+Memory, not address space, bounds how many ranks the processes of a local pool reduce at once:
+`available_memory()` is what this process and its children may still take (the system's available
+memory, less where a cgroup limits the job: Slurm, Kubernetes, Docker); `rank_memory(share)` is what
+one process reducing a rank of `share` export bytes peaks at; `processes_that_fit(shares, available)`
+how many processes can reduce the largest of the ranks at once within that.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 try:
@@ -31,6 +38,15 @@ BASE_BYTES = 320 << 20
 PER_EXPORT_BYTE = 2.0
 # A reservation may take this share of the room left at most: the reader threads reserve at once.
 RESERVATION_SHARE = 4
+# Resident memory of a process that reduces one rank, measured (benchmarks/bench_memory.py, bench_ranks.py;
+# docs/memory.md): 130-140 MB of interpreter and libraries, plus about one byte per byte of the rank's export
+# (1.0-1.05 on 155 MB and 622 MB exports), plus the figures the job's parent keeps per rank until the merge
+# (0.7 MB at 1,024 ranks). Each estimate leaves a margin of a third or more over the measurement.
+RANK_BASE_BYTES = 180 << 20
+RANK_PER_EXPORT_BYTE = 1.5
+PARENT_PER_RANK = 2 << 20
+# cgroup limits at or above this are "no limit" (cgroup v1 writes 2^63 rounded down to a page)
+NO_CGROUP_LIMIT = 1 << 60
 
 
 def address_space_limit() -> int | None:
@@ -65,6 +81,84 @@ def fits(nbytes: int) -> bool:
 def needed(export_bytes: int) -> int:
     """The address space a run over an export of `export_bytes` needs (docs/memory.md)."""
     return int(BASE_BYTES + PER_EXPORT_BYTE * export_bytes)
+
+
+def rank_memory(share: int) -> int:
+    """Peak resident memory of a process reducing a rank of `share` bytes of export (docs/memory.md)."""
+    return int(RANK_BASE_BYTES + RANK_PER_EXPORT_BYTE * share)
+
+
+def processes_that_fit(shares: Sequence[int], available: int) -> int:
+    """How many processes can reduce ranks at once within `available` bytes (at least 1): each takes one of the
+    largest ranks (they are reduced first), and the job's parent keeps every rank's figures besides."""
+    room = available - PARENT_PER_RANK * len(shares)
+    needs = [rank_memory(s) for s in sorted(shares, reverse=True)]
+    taken = 0
+    for count, need in enumerate(needs):  # ranks, not events
+        taken += need
+        if taken > room:
+            return max(1, count)
+    return max(1, len(needs))
+
+
+def available_memory(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes of memory this process and its children may still take: the system's available memory (Linux'
+    MemAvailable: free memory and the page cache it can drop), less where a cgroup v1 or v2 memory limit of this
+    process or of a cgroup above it leaves less room (its limit less its usage, the file cache it can drop not
+    counted, as `docker stats` counts). None where neither is known (not Linux)."""
+    known = [v for v in (_mem_available(proc / "meminfo"), *_cgroup_rooms(proc / "self" / "cgroup", cgroups))
+             if v is not None]
+    return max(0, min(known)) if known else None
+
+
+def _mem_available(meminfo: Path) -> int | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_rooms(membership: Path, cgroups: Path) -> list[int | None]:
+    """Room left under each memory limit of the cgroups this process is in and above (v2 and v1 hierarchies)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return []
+    rooms: list[int | None] = []
+    for line in lines:  # one line per hierarchy
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and not controllers:  # the v2 (unified) hierarchy
+            base, files = (cgroups if (cgroups / "cgroup.controllers").exists() else cgroups / "unified",
+                           ("memory.max", "memory.current", "inactive_file"))
+        elif "memory" in controllers.split(","):
+            base, files = cgroups / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        rooms += [_cgroup_room(folder, *files) for folder in _folders(base, path)]
+    return rooms
+
+
+def _folders(base: Path, path: str) -> list[Path]:
+    """`base`/`path` and every folder above it up to `base`: a limit set on a parent cgroup holds for its
+    children. A cgroup namespace (a container) shows its own cgroup as ``/``, mounted at `base`."""
+    folder = base / path.strip("/")
+    return [folder, *[p for p in folder.parents if p.is_relative_to(base)]]
+
+
+def _cgroup_room(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> int | None:
+    """A cgroup's limit less what it uses (its droppable file cache not counted); None without a limit."""
+    try:
+        limit_text = (folder / limit_file).read_text().strip()
+        if limit_text == "max" or int(limit_text) >= NO_CGROUP_LIMIT:
+            return None
+        usage = int((folder / usage_file).read_text())
+        stat = dict(line.partition(" ")[::2] for line in (folder / "memory.stat").read_text().splitlines())
+        return int(limit_text) - max(0, usage - int(stat.get(inactive_key) or 0))
+    except (OSError, ValueError):
+        return None
 
 
 def _mb(nbytes: float) -> str:

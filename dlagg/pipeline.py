@@ -21,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
@@ -37,6 +37,7 @@ from .job import (
     communication_needed,
     local_pool,
     map_ranks,
+    plan_processes,
     probe_on_dask,
     rank_task,
     reduce_rank,
@@ -45,7 +46,7 @@ from .job import (
 from .log import Log, release_free_memory
 from .model import Iterations
 from .options import Options
-from .pool import pool_size, shared_map, start_early
+from .pool import pool_size, shared_map, start_early, worker_lost
 from .reader import check_input
 from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reports import REPORTS, Report
@@ -227,19 +228,28 @@ def _checked_inputs(given: Path | str) -> list[Path]:
     return paths
 
 
-def _pool(options: Options, count: int, worker_init: Callable[[], None] | None, pools: ExitStack,
+def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
           writes: bool = False) -> ProcessPoolExecutor | None:
-    """The local process pool for `count` files or ranks, owned by `pools` (None: one, or --workers=1). With
-    --scheduler the Dask cluster reduces the ranks, and a local pool is made only to write the outputs of a job of
-    several ranks here (`writes`); its fork server starts now, importing dlagg while the cluster works."""
+    """The local process pool for files or ranks of `shares` bytes, owned by `pools` (None: one, --workers=1, or
+    memory for one rank at a time: `job.plan_processes`, said on stderr). With --scheduler the Dask cluster reduces
+    the ranks, and a local pool is made only to write the outputs of a job of several ranks here (`writes`); its
+    fork server starts now, importing dlagg while the cluster works."""
     if options.scheduler and not writes:
         return None
-    pool = local_pool(options.workers, count, worker_init)
+    count, note, warn = plan_processes(options.workers, shares)
+    if note:
+        (log.warn if warn else log.info)(note)
+    pool = local_pool(count, shares, worker_init)
     if pool is None:
         return None
     if options.scheduler:
         start_early()
     return pools.enter_context(pool)
+
+
+def _file_size(path: Path) -> int:
+    """A checked input's size in bytes (`check_input` has stat'ed it)."""
+    return path.stat().st_size
 
 
 def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None) -> ProbeAll | None:
@@ -248,7 +258,7 @@ def _probe_all(options: Options, files: int, workers: ProcessPoolExecutor | None
     if options.scheduler and files > 1:
         return partial(probe_on_dask, options.scheduler)
     if workers is not None:
-        return lambda probe, paths: shared_map(paths, probe, workers)
+        return lambda probe, paths: shared_map(paths, probe, workers, describe=lambda p: f"listing the ranks of {p}")
     return None
 
 
@@ -271,7 +281,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         return _run_ncu_alone(options, log)
     with collector_spared(), ExitStack() as pools:  # pools end after the staging folder, once its writes have
         paths = _checked_inputs(options.nsys_database)
-        workers = _pool(options, len(paths), worker_init, pools)
+        workers = _pool(options, [_file_size(p) for p in paths], worker_init, pools, log)
         job = discover(paths, _probe_all(options, len(paths), workers))
         options = with_ncu_rank(options, job)
         several = len(job.sources) > 1
@@ -284,7 +294,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
         build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
         if workers is None and several:  # one file holding several ranks; with --scheduler, the pool that writes
-            workers = _pool(options, len(job.sources), worker_init, pools, writes=True)
+            workers = _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
         with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:
@@ -692,6 +702,9 @@ class _Writes:
         for lane in self.lanes:
             lane.join()
         wait([job for *_, job in self.jobs])
+        failed = next((exc for *_, job in self.jobs if (exc := job.exception()) is not None), None)
+        if isinstance(failed, BrokenExecutor):  # a pool's worker killed while it wrote
+            raise worker_lost(self.pool, "writing the reports")
         done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
                 for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
         self.staging.commit()

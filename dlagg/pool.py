@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from concurrent.futures import BrokenExecutor, Executor, Future
+from typing import Any, Generic, TypeVar
+
+from .errors import WorkerLost
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -55,69 +58,110 @@ def pool_size(pool: Executor) -> int:
 
 
 def shared_map(items: Sequence[T], task: Callable[[T], R], pool: Executor,
-               done: Callable[[R, str], None] | None = None) -> list[R]:
+               done: Callable[[R, str], None] | None = None,
+               describe: Callable[[T], str] = str) -> list[R]:
     """`task` of every item, run by this process and the pool's workers together; the results in the items'
     order, and each given to `done` as it ends, with where it ran ("this process" or "a worker process").
 
     One queue: this process takes the next item when it has ended its last (at once; it ships no results); a
     thread per worker keeps it one item ahead until the queue is short, from when it is up (no item waits while
-    the fork server imports dlagg). A failure stops the queue, and the first is raised once the others end."""
-    queue = deque(enumerate(items))
-    lanes = 1 + pool_size(pool)
-    results: list[Any] = [None] * len(items)
-    failures: list[BaseException] = []
-    lock = threading.Lock()
-
-    def take(ahead: bool) -> tuple[int, T] | None:
-        with lock:
-            if failures or not queue or (ahead and len(queue) < lanes):
-                return None
-            return queue.popleft()
-
-    def end(index: int, result: R, where: str) -> None:
-        with lock:
-            results[index] = result
-            (done or _ignore)(result, where)
-
-    def fail(exc: BaseException) -> None:
-        with lock:
-            failures.append(exc)
-            queue.clear()
-
-    def worker_lane() -> None:
-        running: deque[tuple[int, Future[R]]] = deque()
-        try:
-            pool.submit(_ignore).result()  # until the worker is up, this process takes every item
-            while True:
-                taken = take(ahead=bool(running))
-                if taken is not None:
-                    running.append((taken[0], pool.submit(task, taken[1])))
-                    if len(running) < 2:
-                        continue
-                if not running:
-                    return
-                index, job = running.popleft()
-                end(index, job.result(), "a worker process")
-        except BaseException as exc:
-            fail(exc)
-
-    feeders = [threading.Thread(target=worker_lane, daemon=True) for _ in range(lanes - 1)]
+    the fork server imports dlagg). A failure stops the queue, and the first is raised once the others end. A
+    worker process that ends abruptly (killed: most often by the system, for memory) is a `WorkerLost` naming
+    the item it was working on (`describe`)."""
+    queue = _Queue(items, 1 + pool_size(pool), done or _ignore)
+    feeders = [threading.Thread(target=_worker_lane, args=(queue, task, pool, describe), daemon=True)
+               for _ in range(pool_size(pool))]
     for feeder in feeders:
         feeder.start()
     try:
-        while (taken := take(ahead=False)) is not None:
-            end(taken[0], task(taken[1]), "this process")
+        while (taken := queue.take(ahead=False)) is not None:
+            queue.end(taken[0], task(taken[1]), "this process")
     except BaseException as exc:
-        fail(exc)
+        queue.fail(exc)
     for feeder in feeders:
         feeder.join()
-    if failures:
-        raise failures[0]
-    return results
+    if queue.failures:
+        raise queue.failures[0]
+    return queue.results
+
+
+class _Queue(Generic[T, R]):
+    """`shared_map`'s items not yet taken, the results so far and the failures, shared by its lanes (one lock)."""
+
+    def __init__(self, items: Sequence[T], lanes: int, done: Callable[[R, str], None]) -> None:
+        self.items = items
+        self.waiting = deque(enumerate(items))
+        self.lanes = lanes
+        self.done = done
+        self.results: list[Any] = [None] * len(items)
+        self.failures: list[BaseException] = []
+        self.lock = threading.Lock()
+
+    def take(self, ahead: bool) -> tuple[int, T] | None:
+        """The next item and its index; None when none is left, after a failure, or (`ahead`: a worker's next
+        item, taken while it still runs one) when fewer items are left than lanes."""
+        with self.lock:
+            if self.failures or not self.waiting or (ahead and len(self.waiting) < self.lanes):
+                return None
+            return self.waiting.popleft()
+
+    def end(self, index: int, result: R, where: str) -> None:
+        with self.lock:
+            self.results[index] = result
+            self.done(result, where)
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.failures.append(exc)
+            self.waiting.clear()
+
+
+def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, describe: Callable[[T], str]) -> None:
+    """A pool worker's lane of `shared_map`: the worker kept one item ahead, from when it is up."""
+    running: deque[tuple[int, Future[R]]] = deque()
+    try:
+        pool.submit(_ignore).result()  # until the worker is up, this process takes every item
+        while True:
+            taken = queue.take(ahead=bool(running))
+            if taken is not None:
+                running.append((taken[0], pool.submit(task, taken[1])))
+                if len(running) < 2:
+                    continue
+            if not running:
+                return
+            index, job = running[0]
+            queue.end(index, job.result(), "a worker process")
+            running.popleft()
+    except BrokenExecutor:
+        queue.fail(worker_lost(pool, describe(queue.items[running[0][0]]) if running else "starting"))
+    except BaseException as exc:
+        queue.fail(exc)
 
 
 def _ignore(*_: object) -> None:
     pass
+
+
+def worker_lost(pool: Executor, doing: str) -> WorkerLost:
+    """The error for `pool` broken by a worker process that ended abruptly while `doing`: how it ended, and what
+    to do. The pool is shut down first, so that every worker's end is known (the pool ends the others itself)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # (the pool keeps them unexposed)
+    pool.shutdown(wait=True)
+    codes = [p.exitcode for p in processes]
+    code = next((c for c in codes if c not in (None, 0, -signal.SIGTERM)), None)
+    if code is None and -signal.SIGTERM in codes:
+        code = -signal.SIGTERM
+    if code is None:
+        how = "ended abruptly"
+    elif code < 0:
+        how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+    else:
+        how = f"exited with status {code}"
+    why = (": most likely by the system's out-of-memory killer, dlagg's processes together needing more memory than "
+           "the machine had" if code == -signal.SIGKILL else "")
+    fewer = max(1, (pool_size(pool) + 1) // 2)
+    return WorkerLost(f"a worker process {how} while {doing}{why}; rerun with fewer processes at once "
+                      f"(--workers={fewer}) or on a machine with more memory (docs/memory.md)")
 
 
 def _value(argv: Sequence[str], option: str) -> str | None:

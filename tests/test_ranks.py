@@ -543,7 +543,7 @@ def test_files_probed_on_the_pool_give_the_same_job(multi, tmp_path) -> None:
     hand-built two-process export), and SQL on the files agrees on the processes and devices."""
     paths = [*databases(multi(PER)), *databases(multi(ONE)), two_process_export(tmp_path / "two.sqlite")]
     alone = discover(paths)
-    with local_pool(2, len(paths)) as pool:
+    with local_pool(2, [p.stat().st_size for p in paths]) as pool:
         shared = discover(paths, lambda probe, files: shared_map(files, probe, pool))
     assert shared == alone
     expected = []
@@ -619,7 +619,7 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
     sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(12)]
     job = SimpleNamespace(sources=tuple(sources))
     stream = io.StringIO()
-    with local_pool(2, len(sources)) as pool:
+    with local_pool(2, [s.share for s in sources]) as pool:
         assert pool._max_workers == 1  # type: ignore[attr-defined]
         pool.submit(os.getpid).result()  # the worker process is up: both lanes take ranks
         ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, stream),
@@ -666,7 +666,7 @@ def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
     be importing dlagg when the first files are probed)."""
     sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(6)]
     job = SimpleNamespace(sources=tuple(sources))
-    with local_pool(2, len(sources), partial(time.sleep, 3)) as pool:
+    with local_pool(2, [s.share for s in sources], partial(time.sleep, 3)) as pool:
         ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, io.StringIO()),
                           pool=pool)  # type: ignore[arg-type]
     assert [r.source.rank for r in ranks] == list(range(6))
@@ -681,7 +681,7 @@ def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: 
     rank_seconds = 0.05
     sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(40)]
     job = SimpleNamespace(sources=tuple(sources))
-    with local_pool(2, len(sources)) as pool:
+    with local_pool(2, [s.share for s in sources]) as pool:
         pool.submit(os.getpid).result()  # the worker process is up: both lanes start at once
         with pytest.raises(ValueError, match=r"rank \d+: cannot read it") as raised:
             map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in, starts=tmp_path,
