@@ -229,14 +229,19 @@ def _checked_inputs(given: Path | str) -> list[Path]:
 
 
 def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
-          writes: bool = False) -> ProcessPoolExecutor | None:
+          writes: bool = False, previous: ProcessPoolExecutor | None = None) -> ProcessPoolExecutor | None:
     """The local process pool for files or ranks of `shares` bytes, owned by `pools` (None: one, --workers=1, or
     memory for one rank at a time: `job.plan_processes`, said on stderr). With --scheduler the Dask cluster reduces
     the ranks, and a local pool is made only to write the outputs of a job of several ranks here (`writes`); its
-    fork server starts now, importing dlagg while the cluster works."""
+    fork server starts now, importing dlagg while the cluster works. `previous`: the pool that probed the files,
+    kept when it has processes enough for these ranks, else shut down (its fork server stays, for the new one)."""
     if options.scheduler and not writes:
         return None
     count, note, warn = plan_processes(options.workers, shares)
+    if previous is not None:
+        if count <= 1 + pool_size(previous):
+            return previous
+        previous.shutdown(wait=True)
     if note:
         (log.warn if warn else log.info)(note)
     pool = local_pool(count, shares, worker_init)
@@ -293,8 +298,11 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         formats = _writers(options)
         needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
         build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
-        if workers is None and several:  # one file holding several ranks; with --scheduler, the pool that writes
-            workers = _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True)
+        if several and (workers is None or len(job.sources) > job.files):
+            # files holding several ranks: a pool for the ranks (the files' had a process per file at most); with
+            # --scheduler, the pool that writes
+            workers = _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True,
+                            previous=workers)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
         with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:

@@ -11,6 +11,7 @@ import gc
 import io
 import json
 import os
+import shutil
 import sqlite3
 import time
 from dataclasses import replace
@@ -633,6 +634,23 @@ def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
         for rank in numbers:
             assert f"rank {rank}: peak memory of the process that reduced it ({where}) 1 MB" in log, log
     assert log.count("reduced in 0.02 s") == 12
+
+
+def test_files_holding_several_ranks_get_a_process_per_rank_not_per_file(multi, monkeypatch, tmp_path) -> None:
+    """Two files of two ranks each (copies of the one-session file: one nsys session per node, as `torchrun` on two
+    nodes records) with --workers=4 are reduced by 4 processes, not by one per file: the pool that probed the two
+    files is replaced by one for the 4 ranks. Seen in this process's reads: on 8 cores, 4 processes read on 2
+    threads each (2 processes would read on 4)."""
+    for copy in ("node0.sqlite", "node1.sqlite"):
+        shutil.copy(databases(multi(ONE))[0], tmp_path / copy)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    seen: list[int | None] = []
+    monkeypatch.setattr(job_module, "load_profile",
+                        lambda path, process, n: seen.append(n) or load_profile(path, process, n))
+    result = pipeline_run(Options(nsys_database=str(tmp_path), reports=("ranks",), formats=("csv",), workers=4,
+                                  suppress_tb_files=True, output_path=tmp_path / "out", verbosity="quiet"))
+    assert len(result.ranks) == 4 and [r.iterations.count for r in result.ranks] == [STEPS] * 4
+    assert seen and set(seen) == {2}, seen
 
 
 def test_the_ranks_figures_are_kept_from_the_collector_until_the_run_ends(multi, tmp_path) -> None:
