@@ -252,6 +252,16 @@ def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] |
     return pools.enter_context(pool)
 
 
+def _ranks_pool(options: Options, job: Job, files_pool: ProcessPoolExecutor | None,
+                worker_init: Callable[[], None] | None, pools: ExitStack, log: Log) -> ProcessPoolExecutor | None:
+    """The local pool that reduces the job's ranks: the one that probed its files, unless there was none (one file;
+    with --scheduler, the pool that writes) or the files hold several ranks each (it had a process per file at
+    most)."""
+    if len(job.sources) < 2 or (files_pool is not None and len(job.sources) == job.files):
+        return files_pool
+    return _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True, previous=files_pool)
+
+
 def _file_size(path: Path) -> int:
     """A checked input's size in bytes (`check_input` has stat'ed it)."""
     return path.stat().st_size
@@ -298,11 +308,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         formats = _writers(options)
         needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
         build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
-        if several and (workers is None or len(job.sources) > job.files):
-            # files holding several ranks: a pool for the ranks (the files' had a process per file at most); with
-            # --scheduler, the pool that writes
-            workers = _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True,
-                            previous=workers)
+        workers = _ranks_pool(options, job, workers, worker_init, pools, log)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
         with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:
