@@ -67,9 +67,10 @@ def shared_map(items: Sequence[T], task: Callable[[T], R], pool: Executor,
     thread per worker keeps it one item ahead until the queue is short, from when it is up (no item waits while
     the fork server imports dlagg). A failure stops the queue, and the first is raised once the others end. A
     worker process that ends abruptly (killed: most often by the system, for memory) is a `WorkerLost` naming
-    the item it was working on (`describe`)."""
+    the item it was working on (`describe`; with several pool workers, the items they were on)."""
     queue = _Queue(items, 1 + pool_size(pool), done or _ignore)
-    feeders = [threading.Thread(target=_worker_lane, args=(queue, task, pool, describe), daemon=True)
+    processes = getattr(pool, "_processes", None)  # the pool's own dict of its processes, filled as they start
+    feeders = [threading.Thread(target=_worker_lane, args=(queue, task, pool, describe, processes), daemon=True)
                for _ in range(pool_size(pool))]
     for feeder in feeders:
         feeder.start()
@@ -95,6 +96,7 @@ class _Queue(Generic[T, R]):
         self.done = done
         self.results: list[Any] = [None] * len(items)
         self.failures: list[BaseException] = []
+        self.sent: dict[int, None] = {}  # items given to the pool and not ended, in the order they were given
         self.lock = threading.Lock()
 
     def take(self, ahead: bool) -> tuple[int, T] | None:
@@ -105,10 +107,21 @@ class _Queue(Generic[T, R]):
                 return None
             return self.waiting.popleft()
 
+    def send(self, index: int) -> None:
+        with self.lock:
+            self.sent[index] = None
+
     def end(self, index: int, result: R, where: str) -> None:
         with self.lock:
             self.results[index] = result
+            self.sent.pop(index, None)
             self.done(result, where)
+
+    def on_workers(self, workers: int) -> list[T]:
+        """The items the pool's `workers` processes were on: the oldest given to it and not ended (its processes
+        take them in the order given, one each)."""
+        with self.lock:
+            return [self.items[index] for index in list(self.sent)[:workers]]
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -116,7 +129,8 @@ class _Queue(Generic[T, R]):
             self.waiting.clear()
 
 
-def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, describe: Callable[[T], str]) -> None:
+def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, describe: Callable[[T], str],
+                 processes: dict[int, Any] | None) -> None:
     """A pool worker's lane of `shared_map`: the worker kept one item ahead, from when it is up."""
     running: deque[tuple[int, Future[R]]] = deque()
     try:
@@ -125,6 +139,7 @@ def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, de
             taken = queue.take(ahead=bool(running))
             if taken is not None:
                 running.append((taken[0], pool.submit(task, taken[1])))
+                queue.send(taken[0])
                 if len(running) < 2:
                     continue
             if not running:
@@ -133,7 +148,8 @@ def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, de
             queue.end(index, job.result(), "a worker process")
             running.popleft()
     except BrokenExecutor:
-        queue.fail(worker_lost(pool, describe(queue.items[running[0][0]]) if running else "starting"))
+        doing = " or ".join(describe(item) for item in queue.on_workers(pool_size(pool)))
+        queue.fail(worker_lost(pool, doing or "starting", processes))
     except BaseException as exc:
         queue.fail(exc)
 
@@ -142,12 +158,15 @@ def _ignore(*_: object) -> None:
     pass
 
 
-def worker_lost(pool: Executor, doing: str) -> WorkerLost:
+def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = None) -> WorkerLost:
     """The error for `pool` broken by a worker process that ended abruptly while `doing`: how it ended, and what
-    to do. The pool is shut down first, so that every worker's end is known (the pool ends the others itself)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # (the pool keeps them unexposed)
+    to do. The pool is shut down first, so that every worker's end is known (the pool ends the others itself).
+    `processes`: the pool's dict of its processes, taken before (a pool shut down drops it, and another lane may
+    have shut it down first); by default the pool's own, now."""
+    known = processes if processes is not None else getattr(pool, "_processes", None)  # (kept unexposed)
+    workers = list((known or {}).values())
     pool.shutdown(wait=True)
-    codes = [p.exitcode for p in processes]
+    codes = [p.exitcode for p in workers]
     code = next((c for c in codes if c not in (None, 0, -signal.SIGTERM)), None)
     if code is None and -signal.SIGTERM in codes:
         code = -signal.SIGTERM
