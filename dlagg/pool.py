@@ -31,6 +31,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 PRELOAD = ["dlagg._forkserver"]  # dlagg.pipeline, and a quick exit
+_SHUTTING_DOWN = threading.Lock()  # worker_lost's shutdown of a broken pool, one lane at a time
 
 
 def pool_context() -> Any:
@@ -147,9 +148,12 @@ def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, de
             index, job = running[0]
             queue.end(index, job.result(), "a worker process")
             running.popleft()
-    except BrokenExecutor:
-        doing = " or ".join(describe(item) for item in queue.on_workers(pool_size(pool)))
-        queue.fail(worker_lost(pool, doing or "starting", processes))
+    except BrokenExecutor as broken:
+        try:
+            doing = " or ".join(describe(item) for item in queue.on_workers(pool_size(pool)))
+            queue.fail(worker_lost(pool, doing or "starting", processes))
+        except BaseException:  # the map never goes on without its failure
+            queue.fail(broken)
     except BaseException as exc:
         queue.fail(exc)
 
@@ -165,7 +169,11 @@ def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = N
     have shut it down first); by default the pool's own, now."""
     known = processes if processes is not None else getattr(pool, "_processes", None)  # (kept unexposed)
     workers = list((known or {}).values())
-    pool.shutdown(wait=True)
+    with _SHUTTING_DOWN:  # lanes of one pool find it broken at once, and its shutdown is not safe twice at once
+        try:
+            pool.shutdown(wait=True)
+        except OSError:  # its queues closed by the other shutdown already
+            pass
     codes = [p.exitcode for p in workers]
     code = next((c for c in codes if c not in (None, 0, -signal.SIGTERM)), None)
     if code is None and -signal.SIGTERM in codes:

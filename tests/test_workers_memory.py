@@ -154,6 +154,7 @@ def killed_in_a_worker(source: SimpleNamespace, parent: int, starts: Path, how: 
     return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=0.05, peak_mb=1.0)
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # no lane may die unheard
 @pytest.mark.parametrize(("how", "said", "workers"), [("SIGKILL", "was killed by signal 9 (SIGKILL)", 2),
                                                       ("exit", "exited with status 3", 2),
                                                       ("SIGKILL", "was killed by signal 9 (SIGKILL)", 3)])
