@@ -326,9 +326,9 @@ def build_parser() -> Parser:
     add("--per_rank", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="with several ranks, also write every report per rank under <output_path>/rank<N>/ (default false)")
     add("--workers", type=workers, default=None, metavar="N",
-        help="processes reading ranks and writing their outputs at once (default: one per core, no more than the "
-             "memory available holds; 1: in this process); with --scheduler, the processes here that write the "
-             "outputs")
+        help="processes reading ranks and writing their outputs at once (default: one per core this process may "
+             "use, no more than the memory available holds; 1: in this process); with --scheduler, the processes "
+             "here that write the outputs")
     add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
         help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
              "needs pip install 'dlagg[dask]'")

@@ -38,7 +38,7 @@ import pandas as pd
 from .comm import RankInput, match_collectives, rank_comm
 from .context import RankContext
 from .errors import DlaggError, OptionsError, WorkerLost
-from .limits import available_memory, processes_that_fit, rank_memory
+from .limits import available_memory, processes_that_fit, rank_memory, usable_cores
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
@@ -198,7 +198,8 @@ def _spilled(reports: dict[str, Report], folder: Path, rank: int, output_path: P
 
 
 def default_workers() -> int:
-    return max(1, os.cpu_count() or 1)
+    """One process per core this process may use (`limits.usable_cores`: its affinity and CPU quota)."""
+    return usable_cores()
 
 
 def local_processes(workers: int | None, shares: Sequence[int]) -> int:

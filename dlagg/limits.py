@@ -1,4 +1,5 @@
-"""Memory limits: the address space a run may still take, what a run needs, and the out-of-memory line.
+"""The machine a run gets: the address space it may still take, what a run needs, the out-of-memory line;
+the memory and the cores it may use.
 
 Clusters run jobs under an address-space limit (``ulimit -v``, ``prlimit --as``, batch schedulers
 that enforce memory through ``RLIMIT_AS``). Under such a limit what counts is the virtual memory
@@ -17,6 +18,10 @@ Memory, not address space, bounds how many ranks the processes of a local pool r
 memory, less where a cgroup limits the job: Slurm, Kubernetes, Docker); `rank_memory(share)` is what
 one process reducing a rank of `share` export bytes peaks at; `processes_that_fit(shares, available)`
 how many processes can reduce the largest of the ranks at once within that.
+
+`usable_cores()` is the cores this process may run on: its CPU affinity (Slurm, taskset and numactl
+pin a job to some of a node's cores) and no more than a cgroup CPU quota gives (Docker's --cpus,
+Kubernetes' CPU limits). ``os.cpu_count()`` counts the node's cores whatever the job was given.
 """
 
 from __future__ import annotations
@@ -157,6 +162,53 @@ def _cgroup_room(folder: Path, limit_file: str, usage_file: str, inactive_key: s
         usage = int((folder / usage_file).read_text())
         stat = dict(line.partition(" ")[::2] for line in (folder / "memory.stat").read_text().splitlines())
         return int(limit_text) - max(0, usage - int(stat.get(inactive_key) or 0))
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on (at least 1): the CPUs of its affinity mask (else the machine's), no more
+    than the smallest CPU quota of its cgroups and those above them, rounded up (cgroup v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    quotas = [q for q in _cpu_quotas(proc / "self" / "cgroup", cgroups) if q is not None]
+    return max(1, min([cores, *quotas]))
+
+
+def _cpu_quotas(membership: Path, cgroups: Path) -> list[int | None]:
+    """The CPU quota (cores, rounded up) of each cgroup this process is in and above (v2 and v1 hierarchies)."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return []
+    quotas: list[int | None] = []
+    for line in lines:  # one line per hierarchy
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if number == "0" and not controllers:  # the v2 (unified) hierarchy
+            base = cgroups if (cgroups / "cgroup.controllers").exists() else cgroups / "unified"
+            quotas += [_cpu_max(folder / "cpu.max") for folder in _folders(base, path)]
+        elif "cpu" in controllers.split(","):  # v1, mounted as cpu, cpu,cpuacct or cpuacct,cpu
+            for base in (cgroups / name for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu")):
+                quotas += [_cfs_quota(folder) for folder in _folders(base, path)]
+    return quotas
+
+
+def _cpu_max(path: Path) -> int | None:
+    """Cores of a cgroup v2 ``cpu.max`` ("quota period", or "max period": none), rounded up."""
+    try:
+        quota, period = path.read_text().split()[:2]
+        return None if quota == "max" else -(-int(quota) // int(period))
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _cfs_quota(folder: Path) -> int | None:
+    """Cores of a cgroup v1 CPU quota (``cpu.cfs_quota_us`` -1: none), rounded up."""
+    try:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else -(-quota // period)
     except (OSError, ValueError):
         return None
 

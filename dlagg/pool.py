@@ -26,6 +26,7 @@ from concurrent.futures import BrokenExecutor, Executor, Future
 from typing import Any, Generic, TypeVar
 
 from .errors import WorkerLost
+from .limits import usable_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -209,6 +210,6 @@ def several_files(argv: Sequence[str]) -> bool:
     spec = _value(argv, "--nsys_database") or _value(argv, "--nvprof_database")
     if not spec or _value(argv, "--workers") == "1" or _value(argv, "--scheduler"):
         return False
-    if (os.cpu_count() or 1) < 2 and _value(argv, "--workers") is None:
+    if usable_cores() < 2 and _value(argv, "--workers") is None:
         return False
     return "," in spec or glob.has_magic(spec) or os.path.isdir(spec)

@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from dlagg import job as job_module
+from dlagg import limits
 from dlagg.cli import main
 from dlagg.job import collector_spared, largest_first, local_pool, map_ranks
 from dlagg.log import DETAILED, Log
@@ -585,11 +586,11 @@ def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(mul
     """Each of the processes that reduce ranks at once reads its files on its share of the machine's cores (at
     least 1, at most 4): with 2 workers on 6 cores, this process (one of the two) reads its ranks on 3 threads;
     with 1 worker on 4."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(limits, "usable_cores", lambda: 2)
     assert [read_threads(n) for n in (1, 2, 3)] == [2, 1, 1]
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(limits, "usable_cores", lambda: 16)
     assert [read_threads(n) for n in (1, 2, 8, 64)] == [4, 4, 2, 1]
-    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(limits, "usable_cores", lambda: 6)
     threads: dict[int, list[int | None]] = {1: [], 2: []}
     for workers, seen in threads.items():
         monkeypatch.setattr(job_module, "load_profile",
@@ -643,7 +644,7 @@ def test_files_holding_several_ranks_get_a_process_per_rank_not_per_file(multi, 
     threads each (2 processes would read on 4)."""
     for copy in ("node0.sqlite", "node1.sqlite"):
         shutil.copy(databases(multi(ONE))[0], tmp_path / copy)
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(limits, "usable_cores", lambda: 8)
     seen: list[int | None] = []
     monkeypatch.setattr(job_module, "load_profile",
                         lambda path, process, n: seen.append(n) or load_profile(path, process, n))

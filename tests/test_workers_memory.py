@@ -1,5 +1,5 @@
-"""How many processes reduce ranks at once, against the memory the machine (or the job's cgroup) has, and a worker
-process that the system kills.
+"""How many processes reduce ranks at once, against the cores and the memory the machine (or the job's cgroup, or its
+CPU affinity) gives, and a worker process that the system kills.
 
 Memory figures are hand-built files laid out as Linux shows them (/proc/meminfo, /proc/self/cgroup, cgroup v1 and
 v2 folders), with their expected room worked out here by hand; one test runs dlagg in a real cgroup with a memory
@@ -26,7 +26,7 @@ import pytest
 from dlagg import job as job_module
 from dlagg.errors import WorkerLost
 from dlagg.job import local_pool, map_ranks, plan_processes
-from dlagg.limits import available_memory, processes_that_fit
+from dlagg.limits import available_memory, processes_that_fit, usable_cores
 from dlagg.pool import worker_lost
 
 from .conftest import ROOT
@@ -140,6 +140,45 @@ def test_by_default_no_more_processes_than_memory_holds(monkeypatch) -> None:
     monkeypatch.setattr(job_module, "available_memory", lambda: None)  # not Linux: one per core
     assert plan_processes(None, shares) == (8, "", False)
     assert plan_processes(None, [GB] * 3) == (3, "", False)  # one per rank at most
+
+
+def test_the_cores_are_the_affinity_mask_within_the_cgroup_cpu_quota(tmp_path: Path, monkeypatch) -> None:
+    """A job pinned to 8 of a node's cores (Slurm, taskset) has 8; a cgroup quota of 1.5 cores above it (v2 cpu.max,
+    "max" below) gives 2, rounded up; cgroup v1's quota of 300 ms per 100 ms period (mounted as cpu,cpuacct) gives 3;
+    without a quota, the affinity mask."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    v2 = layout(tmp_path / "v2", {
+        "proc/self/cgroup": "0::/job/step\n",
+        "cg/cgroup.controllers": "cpu memory\n",
+        "cg/job/step/cpu.max": "max 100000\n",
+        "cg/job/cpu.max": "150000 100000\n",
+    })
+    assert usable_cores(v2 / "proc", v2 / "cg") == 2
+    v1 = layout(tmp_path / "v1", {
+        "proc/self/cgroup": "3:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n",
+        "cg/cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "300000\n",
+        "cg/cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+        "cg/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+        "cg/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+    })
+    assert usable_cores(v1 / "proc", v1 / "cg") == 3
+    assert usable_cores(tmp_path / "none" / "proc", tmp_path / "none" / "cg") == 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert usable_cores(v1 / "proc", v1 / "cg") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="CPU affinity (Linux) and two cores")
+def test_a_run_pinned_to_one_core_reduces_its_ranks_in_one_process(multi, tmp_path: Path) -> None:
+    """dlagg started on one core of this machine (its affinity mask, as Slurm or taskset sets it) runs one process
+    by default, not one per core of the machine: both ranks are reduced in this process."""
+    one_core = partial(os.sched_setaffinity, 0, {min(os.sched_getaffinity(0))})
+    done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={multi(PER)}", "--reports=ranks",
+                           f"--output_path={tmp_path / 'out'}", "-v", "detailed"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, preexec_fn=one_core)
+    assert done.returncode == 0, done.stderr
+    where = [line for line in done.stderr.splitlines() if "peak memory of the process that reduced it" in line]
+    assert len(where) == 2 and all("(this process)" in line for line in where), done.stderr
 
 
 def killed_in_a_worker(source: SimpleNamespace, parent: int, starts: Path, how: str) -> SimpleNamespace:

@@ -16,7 +16,6 @@ release the GIL.
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import stat
 import threading
@@ -67,7 +66,7 @@ NVTX_DENSE_SPAN = 1 << 20
 def read_threads(processes: int = 1) -> int:
     """Threads for one file's reads while `processes` processes read files at once: the machine's cores shared
     among them (more only adds memory and, where another process reads, takes turns on its core), at most 4."""
-    return max(1, min(4, (os.cpu_count() or 1) // max(1, processes)))
+    return max(1, min(4, limits.usable_cores() // max(1, processes)))
 
 
 READ_THREADS = read_threads()  # one process: as many slices of a big NVTX table as it has threads
