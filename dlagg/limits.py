@@ -128,22 +128,29 @@ def _mem_available(meminfo: Path) -> int | None:
 
 def _cgroup_rooms(membership: Path, cgroups: Path) -> list[int | None]:
     """Room left under each memory limit of the cgroups this process is in and above (v2 and v1 hierarchies)."""
+    return [_cgroup_room(folder, "memory.max", "memory.current", "inactive_file") if v2 else
+            _cgroup_room(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+            for v2, folder in _cgroup_folders(membership, cgroups, "memory", ("memory",))]
+
+
+def _cgroup_folders(membership: Path, cgroups: Path, controller: str,
+                    v1_mounts: tuple[str, ...]) -> list[tuple[bool, Path]]:
+    """The folders of the cgroups this process is in and above (`_folders`), each with whether it is cgroup v2's:
+    the unified hierarchy's, and the v1 hierarchy's of `controller`, mounted under `cgroups` as one of `v1_mounts`.
+    Read from `membership` (/proc/self/cgroup: one line per hierarchy); none where it cannot be read."""
     try:
         lines = membership.read_text().splitlines()
     except OSError:
         return []
-    rooms: list[int | None] = []
+    found: list[tuple[bool, Path]] = []
     for line in lines:  # one line per hierarchy
         number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if number == "0" and not controllers:  # the v2 (unified) hierarchy
-            base, files = (cgroups if (cgroups / "cgroup.controllers").exists() else cgroups / "unified",
-                           ("memory.max", "memory.current", "inactive_file"))
-        elif "memory" in controllers.split(","):
-            base, files = cgroups / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-        else:
-            continue
-        rooms += [_cgroup_room(folder, *files) for folder in _folders(base, path)]
-    return rooms
+            base = cgroups if (cgroups / "cgroup.controllers").exists() else cgroups / "unified"
+            found += [(True, folder) for folder in _folders(base, path)]
+        elif controller in controllers.split(","):
+            found += [(False, folder) for mount in v1_mounts for folder in _folders(cgroups / mount, path)]
+    return found
 
 
 def _folders(base: Path, path: str) -> list[Path]:
@@ -177,21 +184,10 @@ def usable_cores(proc: Path = Path("/proc"), cgroups: Path = Path("/sys/fs/cgrou
 
 
 def _cpu_quotas(membership: Path, cgroups: Path) -> list[int | None]:
-    """The CPU quota (cores, rounded up) of each cgroup this process is in and above (v2 and v1 hierarchies)."""
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        return []
-    quotas: list[int | None] = []
-    for line in lines:  # one line per hierarchy
-        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if number == "0" and not controllers:  # the v2 (unified) hierarchy
-            base = cgroups if (cgroups / "cgroup.controllers").exists() else cgroups / "unified"
-            quotas += [_cpu_max(folder / "cpu.max") for folder in _folders(base, path)]
-        elif "cpu" in controllers.split(","):  # v1, mounted as cpu, cpu,cpuacct or cpuacct,cpu
-            for base in (cgroups / name for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu")):
-                quotas += [_cfs_quota(folder) for folder in _folders(base, path)]
-    return quotas
+    """The CPU quota (cores, rounded up) of each cgroup this process is in and above (v2 and v1 hierarchies; v1's
+    mounted as cpu, cpu,cpuacct or cpuacct,cpu)."""
+    return [_cpu_max(folder / "cpu.max") if v2 else _cfs_quota(folder)
+            for v2, folder in _cgroup_folders(membership, cgroups, "cpu", ("cpu", "cpu,cpuacct", "cpuacct,cpu"))]
 
 
 def _cpu_max(path: Path) -> int | None:
