@@ -285,8 +285,8 @@ def main() -> int:
                         help="then N ranks with 2 workers, once (no bar; 11 MB of rank files per rank)")
     parser.add_argument("--formats", default="", help="dlagg's --formats (default: dlagg's own, CSV and TensorBoard)")
     parser.add_argument("--no-tensorboard", action="store_true",
-                        help="no TensorBoard event files (dlagg -b); runs 1-21 of docs/ranks.md: --formats=csv,json "
-                             "--no-tensorboard")
+                        help="no TensorBoard event files (dlagg -b); runs 1-21 of docs/benchmarks.md: "
+                             "--formats=csv,json --no-tensorboard")
     args = parser.parse_args()
     OUTPUTS[:] = [*([f"--formats={args.formats}"] if args.formats else []), *(["-b"] if args.no_tensorboard else [])]
     print(f"dlagg --reports=all {' '.join(OUTPUTS)}".rstrip(), flush=True)

@@ -288,7 +288,7 @@ def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "t
     are kept until the merge, and a full collection visits every object held (about 2,000 per rank's figures) while
     no other thread of this process runs. Full collections come ever less often as more is held, and take ever longer:
     at 1,024 ranks the last ones 1.5 s each, 23 of them 13.3 s in all, while neither process reduced a rank (this one
-    collecting, the pool's worker waiting for its next rank; docs/ranks.md). Frozen objects are still freed once
+    collecting, the pool's worker waiting for its next rank; docs/benchmarks.md). Frozen objects are still freed once
     unreferenced, as the figures are when merged; what it keeps from the collector is garbage in reference cycles,
     which the figures do not make. A run gives the frozen objects back when it ends (`collector_spared`)."""
     gc.freeze()

@@ -77,7 +77,7 @@ def release_free_memory(least: int = TRIM_FREE_BYTES) -> None:
     what they leave when freed: measured, 100-170 MB of a 460 MB peak on transformer_amp_large, where
     every stage leaves 50-120 MB free. A small rank's stages leave 7-13 MB, and handing those back only for
     the next stage to fault them in again (pages the kernel zeroes) cost 2.4 times the page faults of a 16-rank
-    run; with two workers at once, both processes' faults slowed every rank (docs/ranks.md). Below `least`
+    run; with two workers at once, both processes' faults slowed every rank (docs/benchmarks.md). Below `least`
     the heap keeps them: that much more peak at most.
     """
     trim = glibc("malloc_trim")

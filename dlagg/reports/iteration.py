@@ -57,7 +57,7 @@ def _nullable(values: np.ndarray, present: np.ndarray) -> pd.arrays.IntegerArray
 
 
 def _small(values: np.ndarray) -> np.ndarray:
-    """Integers as int32 when they all fit (a job's parent holds every rank's rows: docs/ranks.md), else as they
+    """Integers as int32 when they all fit (a job's parent holds every rank's rows: docs/benchmarks.md), else as they
     are (a damaged export's grid size is shown as recorded, not wrapped)."""
     info = np.iinfo(np.int32)
     if len(values) and (values.min() < info.min or values.max() > info.max):
