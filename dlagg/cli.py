@@ -34,6 +34,7 @@ from .errors import DlaggError, OptionsError
 from .limits import out_of_memory
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, one_malloc_arena
 from .options import VERBOSITIES, Baseline, Options
+from .pandas_text import keep_text_as_objects
 from .pipeline import check_outputs, run
 from .record import (
     DEFAULT_BASE_NAME,
@@ -429,26 +430,6 @@ def tune_process() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
     one_malloc_arena()
     keep_text_as_objects()
-
-
-def keep_text_as_objects() -> None:
-    """The text pandas 3 infers (a column made of Python strings) kept as Python objects, as pandas 2 keeps it,
-    by the command-line tool and its worker processes (a library must leave the choice to its caller).
-
-    pandas 3 stores such text in Arrow, and converts it at every selection, ``take`` and ``to_numpy``: a rank's
-    reports, which build many small frames with text columns, spent about a quarter of their CPU time on it
-    (docs/design.md). The reports are the same bytes either way (tests/test_cli.py). pandas 3 deprecates the option
-    and pandas 4 drops it: then this does nothing."""
-    import warnings
-
-    import pandas as pd
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pandas 3's deprecation of the option
-        try:
-            pd.set_option("future.infer_string", False)
-        except (pd.errors.OptionError, KeyError):  # pandas 4: no such option
-            pass
 
 
 DEFAULT_REPORTS = ("summary", "expert_systems")

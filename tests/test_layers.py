@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
-    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0,
+    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "pandas_text": 0,
     "model": 1,
     "reader": 2,
     "timeline": 3, "classify": 3,
@@ -33,6 +33,7 @@ LAYERS = {
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
     "_forkserver": 12,  # what the pool's fork server imports for its workers: the pipeline
+    "dask_preload": 12,  # what a Dask worker started for dlagg preloads (dask worker --preload)
 }
 # Parts a writer may import besides writers and reports: the bottom layer.
 WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "writers", "reports"}

@@ -287,6 +287,39 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
 
+def test_dask_workers_that_keep_arrow_text_are_named_and_preloaded_ones_keep_python_objects(multi, tmp_path,
+                                                                                             capsys) -> None:
+    """dlagg leaves a Dask cluster's workers as it finds them, and says when they keep the text pandas infers in Arrow
+    (pandas 3's default: a rank takes them longer than dlagg's own processes); workers started with
+    ``--preload dlagg.dask_preload`` keep it as Python objects, as dlagg's own processes do. The reports are the same
+    bytes either way."""
+    distributed = pytest.importorskip("distributed")
+    from dlagg.pandas_text import keeps_arrow_text
+
+    fresh_arrow = int(pd.__version__.split(".")[0]) >= 3  # pandas 3 infers Arrow text by default, pandas 2 does not
+    args = [f"--nsys_database={multi(PER)}", "--reports=ranks,summary", "--formats=csv", "-b", "--workers=1"]
+    kept, said, written = {}, {}, {}
+    for preload in ((), ("dlagg.dask_preload",)):
+        with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                      preload=list(preload)) as cluster:
+            with distributed.Client(cluster) as client:
+                kept[preload] = set(client.run(keeps_arrow_text).values())
+            capsys.readouterr()
+            out = tmp_path / ("preloaded" if preload else "as_found")
+            assert main([*args, f"--scheduler={cluster.scheduler_address}", f"--output_path={out}"]) == 0
+        said[preload] = [line for line in capsys.readouterr().err.splitlines() if "Arrow" in line]
+        written[preload] = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert kept == {(): {fresh_arrow}, ("dlagg.dask_preload",): {False}}
+    assert said[("dlagg.dask_preload",)] == []
+    if fresh_arrow:
+        assert len(said[()]) == 1
+        assert "1 of the Dask cluster's 1 workers keep the text pandas infers in Arrow" in said[()][0]
+        assert "dask worker --preload dlagg.dask_preload" in said[()][0]
+    else:
+        assert said[()] == []
+    assert len(written[()]) == 2 and written[()] == written[("dlagg.dask_preload",)]
+
+
 def events(folder: Path) -> dict[str, list[bytes]]:
     """Every TensorBoard run under `folder`: its events (wall times zeroed, the file header left out)."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
