@@ -1,8 +1,9 @@
-"""Dask benchmark: the ranks reduced on a Dask cluster whose workers keep pandas' text in Arrow (pandas 3's default,
-how dlagg finds a cluster it did not start) against one whose workers preload ``dlagg.dask_preload`` (the text kept
-as Python objects, as in dlagg's own processes: dlagg/pandas_text.py).
+"""Dask benchmark: the ranks reduced on Dask workers as dlagg finds them against workers that preload
+``dlagg.dask_preload`` (set up as dlagg's own processes: dlagg/tuning.py).
 
-Two ``distributed.LocalCluster``s of 2 worker processes with one thread each, one of each kind, run
+As found, under pandas 3 and Dask's defaults, a worker keeps the text pandas infers in Arrow, and its nanny fixes
+glibc's heap thresholds (MALLOC_TRIM_THRESHOLD_=65536), which maps every array over 128 KB on its own. Two
+``distributed.LocalCluster``s of 2 worker processes with one thread each, one of each kind, run
 ``dlagg --nsys_database=<16 rank files> --reports=all --scheduler=...`` in turns (the rank files of
 bench_ranks.py). It prints, per kind, the median time a rank took to reduce on a worker (dlagg's log line
 "reduced in ... s" of each rank, read at -v detailed) and the median time of the whole command, and the ratio
@@ -49,13 +50,13 @@ def main() -> int:
     args = parser.parse_args()
     import distributed
 
-    from dlagg.pandas_text import keeps_arrow_text
+    from dlagg.tuning import slow_setup
 
     logging.getLogger("distributed").setLevel(logging.ERROR)  # the clusters' closing lines
 
     compile_dlagg()
     folder = make_job(args.workdir, args.ranks)
-    kinds = {"Arrow text (as found)": [], "preloaded dlagg.dask_preload": ["dlagg.dask_preload"]}
+    kinds = {"as found": [], "preloaded dlagg.dask_preload": ["dlagg.dask_preload"]}
     seconds: dict[str, list[float]] = {kind: [] for kind in kinds}
     ranks: dict[str, list[float]] = {kind: [] for kind in kinds}
     clusters = {kind: distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -65,9 +66,10 @@ def main() -> int:
         found = {}
         for kind, cluster in clusters.items():
             with distributed.Client(cluster) as client:
-                found[kind] = set(client.run(keeps_arrow_text).values())
-        if found != {"Arrow text (as found)": {True}, "preloaded dlagg.dask_preload": {False}}:
-            print(f"the workers keep pandas' text in Arrow: {found}; nothing to compare (pandas 2 keeps it as objects)")
+                found[kind] = sorted(set(client.run(slow_setup).values()))
+            print(f"{kind}: what slows a rank on its workers: {found[kind]}")
+        if found["preloaded dlagg.dask_preload"] != [()] or found["as found"] == [()]:
+            print("nothing to compare")
             return 0
         order = list(kinds)
         for round_ in range(args.repeat):
@@ -86,7 +88,7 @@ def main() -> int:
         print(f"{kind:>30}: a rank {rank[kind]:.3f} s (median of {len(ranks[kind])}), the command "
               f"{command[kind]:.2f} s (median of {len(seconds[kind])})")
     arrow, objects = order
-    print(f"a rank on workers that keep Arrow text takes {rank[arrow] / rank[objects]:.2f}x its time on preloaded "
+    print(f"a rank on workers as found takes {rank[arrow] / rank[objects]:.2f}x its time on preloaded "
           f"workers; the command {command[arrow] / command[objects]:.2f}x")
     return 0
 

@@ -5,13 +5,13 @@ the virtual memory *reserved*, and three libraries reserve far more than dlagg u
 moment only the process's first lines can control (docs/memory.md):
 
 - Arrow's C++ code allocates from a default pool chosen once, when pyarrow loads, from
-  ``ARROW_DEFAULT_MEMORY_POOL`` (`pyarrow.set_memory_pool` in cli.tune_process does not change
+  ``ARROW_DEFAULT_MEMORY_POOL`` (`pyarrow.set_memory_pool` in tuning.tune_process does not change
   it). Its default, mimalloc, reserves 1 GiB at its first allocation: 1.4 GB of address space for
   a run that touches 140 MB. The system allocator reserves what is used.
 - numpy's OpenBLAS starts a thread per core at import, each with its own buffers (40 MB on two
   cores, about a GB on a many-core node); dlagg does no linear algebra.
 - glibc gives every thread that allocates an arena of 64 MB of address space; pyarrow starts a
-  thread at import, before cli.tune_process could limit the arenas. So the limit to one arena is
+  thread at import, before tuning.tune_process could limit the arenas. So the limit to one arena is
   set here first.
 
 A user's own settings of these variables are kept.

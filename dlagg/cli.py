@@ -32,9 +32,8 @@ from typing import Any, NoReturn
 from . import __version__
 from .errors import DlaggError, OptionsError
 from .limits import out_of_memory
-from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log, one_malloc_arena
+from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log
 from .options import VERBOSITIES, Baseline, Options
-from .pandas_text import keep_text_as_objects
 from .pipeline import check_outputs, run
 from .record import (
     DEFAULT_BASE_NAME,
@@ -48,6 +47,7 @@ from .record import (
 )
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
+from .tuning import tune_process
 from .writers import WRITERS, how_to_open
 from .writers.base import written_line
 
@@ -412,24 +412,6 @@ def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> 
         baseline=baseline,
         raw_csv=args.raw_csv,
     )
-
-
-def tune_process() -> None:
-    """Process-wide allocator choices, made by the command-line tool (a library must leave them alone).
-
-    pyarrow's default pool (mimalloc) keeps the pages it frees for itself: the system allocator
-    gave a peak 60-150 MB lower on transformer_amp_large and a faster read. (This sets the pool of
-    pyarrow's Python calls; Arrow's C++ code takes its own from ARROW_DEFAULT_MEMORY_POOL, which
-    ``python -m dlagg`` and the ``dlagg`` command set before pyarrow loads: dlagg/__main__.py.) glibc gives each thread
-    that allocates its own arena, and what one thread frees the others cannot reuse: one arena for
-    the reader and writer threads too lowered the peak by another 10 MB at no measurable cost
-    (docs/design.md).
-    """
-    import pyarrow as pa
-
-    pa.set_memory_pool(pa.system_memory_pool())
-    one_malloc_arena()
-    keep_text_as_objects()
 
 
 DEFAULT_REPORTS = ("summary", "expert_systems")

@@ -42,7 +42,6 @@ from .limits import available_memory, processes_that_fit, rank_memory, usable_co
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
-from .pandas_text import keeps_arrow_text
 from .pool import pool_context, shared_map
 from .reader import load_profile, read_threads
 from .reader.discover import Job, RankSource
@@ -52,6 +51,7 @@ from .reports.roofline import tc_warning
 from .reports.summary import config_env
 from .timeline.correlate import KERNEL
 from .timeline.iterations import detect_iterations, near_names
+from .tuning import slow_setup
 from .writers.staging import output_error
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
 
     client = dask_client(address)
     try:
-        arrow_text_note(client, log)
+        setup_note(client, log)
         futures = client.map(task, sources, pure=False)
         source = {future.key: s for future, s in zip(futures, sources, strict=True)}
         results: list[RankFigures] = []
@@ -368,15 +368,16 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
         client.close()
 
 
-def arrow_text_note(client: Any, log: Log) -> None:
-    """Say when the cluster's workers keep the text pandas infers in Arrow (pandas_text.py): dlagg leaves them as they
-    are, and a rank takes them about 1.2x as long as it takes dlagg's own processes."""
-    keeps = client.run(keeps_arrow_text)
-    arrow = sum(keeps.values())
-    if arrow:
-        log.info(f"{arrow} of the Dask cluster's {len(keeps)} workers keep the text pandas infers in Arrow, where a "
-                 "rank takes about 1.2x as long as in dlagg's own processes (the reports are the same): start the "
-                 "workers with 'dask worker --preload dlagg.dask_preload' (docs/ranks.md)")
+def setup_note(client: Any, log: Log) -> None:
+    """Say what in the cluster's workers makes a rank slower than in dlagg's own processes (tuning.py): dlagg leaves
+    them as it finds them, and workers started for it can preload what its own processes do."""
+    found = client.run(slow_setup)
+    slow = [phrases for phrases in found.values() if phrases]
+    if slow:
+        phrases = list(dict.fromkeys(p for worker in slow for p in worker))
+        log.info(f"{len(slow)} of the Dask cluster's {len(found)} workers {' and '.join(phrases)}; a rank takes them "
+                 "about 1.3x as long as dlagg's own processes (the reports are the same): start the workers with "
+                 "'dask worker --preload dlagg.dask_preload' (docs/ranks.md)")
 
 
 def _killed_on_dask(rank: RankSource) -> WorkerLost:

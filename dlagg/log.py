@@ -97,7 +97,11 @@ def heap_free_bytes() -> int | None:
     return int(info().fordblks)
 
 
-M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
+M_ARENA_MAX = -8  # glibc's mallopt parameter numbers (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+# glibc's largest adaptive mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX); the trim threshold follows, twice it.
+ADAPTED_MMAP_THRESHOLD = 32 << 20
 
 
 def one_malloc_arena() -> None:
@@ -106,6 +110,20 @@ def one_malloc_arena() -> None:
     mallopt = glibc("mallopt")
     if mallopt is not None:
         mallopt(M_ARENA_MAX, 1)
+
+
+def heap_as_adapted() -> bool:
+    """glibc's heap thresholds set where its adaptive ones end up in a process that frees large arrays: arrays under
+    32 MB served from the heap, up to 64 MB of free memory kept at its top (`release_free_memory` gives back more
+    between stages). For a process whose environment fixed a threshold, which turns glibc's adaptation off: Dask's
+    nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536, and every array over 128 KB was then mapped and
+    unmapped on its own, its pages zeroed by the kernel each time: a rank of the many-ranks benchmark faulted 7.5
+    times the pages and took 1.15-1.3x as long (tuning.tune_dask_worker). False where this is not glibc."""
+    mallopt = glibc("mallopt")
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, ADAPTED_MMAP_THRESHOLD)) and bool(
+        mallopt(M_TRIM_THRESHOLD, 2 * ADAPTED_MMAP_THRESHOLD))
 
 
 @functools.cache

@@ -112,7 +112,7 @@ def dlagg(capture: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
 @pytest.fixture(autouse=True)
 def _text_inference_as_the_session_began() -> Iterator[None]:
     """Each test starts with pandas' text inference as the session began: the command line, which many tests run
-    in-process, sets it for its process (pandas_text.keep_text_as_objects)."""
+    in-process, sets it for its process (tuning.keep_text_as_objects)."""
     with text_inference_kept():
         yield
 

@@ -195,7 +195,7 @@ def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys,
 
 def test_the_command_line_runs_with_pandas_text_kept_as_python_objects(db: Path, tmp_path: Path, capsys,
                                                                       monkeypatch) -> None:
-    """The command line keeps the text pandas infers as Python objects (pandas_text.keep_text_as_objects: with
+    """The command line keeps the text pandas infers as Python objects (tuning.keep_text_as_objects: with
     pandas 3's Arrow text a rank takes about 1.2x as long), and its workers do (cli.tune_process)."""
     seen = []
     real = cli.run

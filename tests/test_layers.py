@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
-    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "pandas_text": 0,
+    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "tuning": 0,
     "model": 1,
     "reader": 2,
     "timeline": 3, "classify": 3,
