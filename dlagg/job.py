@@ -370,13 +370,18 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
 
 def setup_note(client: Any, log: Log) -> None:
     """Say what in the cluster's workers makes a rank slower than in dlagg's own processes (tuning.py): dlagg leaves
-    them as it finds them, and workers started for it can preload what its own processes do."""
-    found = client.run(slow_setup)
+    them as it finds them, and workers started for it can preload what its own processes do. Only a note: a worker
+    that cannot answer (another dlagg, without tuning.py) leaves it out; its ranks say what is wrong, if anything."""
+    try:
+        found = client.run(slow_setup)
+    except Exception as exc:  # whatever a worker raised: the run goes on without the note
+        log.detail(f"the Dask workers' setup not known ({type(exc).__name__}: {exc})")
+        return
     slow = [phrases for phrases in found.values() if phrases]
     if slow:
         phrases = list(dict.fromkeys(p for worker in slow for p in worker))
         log.info(f"{len(slow)} of the Dask cluster's {len(found)} workers {' and '.join(phrases)}; a rank takes them "
-                 "about 1.3x as long as dlagg's own processes (the reports are the same): start the workers with "
+                 "up to 1.3x as long as dlagg's own processes (the reports are the same): start the workers with "
                  "'dask worker --preload dlagg.dask_preload' (docs/ranks.md)")
 
 

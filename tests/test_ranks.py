@@ -351,6 +351,19 @@ def test_dask_workers_are_left_as_found_and_said_to_be_slower_and_preloaded_ones
     assert len(written[()]) == 2 and written[()] == written[preloaded]
 
 
+def test_dask_workers_that_cannot_say_their_setup_leave_the_note_out() -> None:
+    """The note on the workers' setup is only a note: a worker that cannot answer (another dlagg, without
+    tuning.py) leaves it out, and the run goes on."""
+    class Client:
+        def run(self, function):
+            raise ModuleNotFoundError("No module named 'dlagg.tuning'")
+
+    stream = io.StringIO()
+    job_module.setup_note(Client(), Log(DETAILED, stream))
+    assert stream.getvalue() == ("dlagg: the Dask workers' setup not known (ModuleNotFoundError: No module named "
+                                 "'dlagg.tuning')\n")
+
+
 def events(folder: Path) -> dict[str, list[bytes]]:
     """Every TensorBoard run under `folder`: its events (wall times zeroed, the file header left out)."""
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
