@@ -1,5 +1,5 @@
 """``dask worker --preload dlagg.dask_preload``: a Dask worker that reduces dlagg's ranks as fast as dlagg's own
-worker processes (tuning.tune_dask_worker: pandas' text kept as Python objects, glibc's heap thresholds as glibc
+worker processes (tuning.tune_dask_worker: pandas' text kept in Python strings, glibc's heap thresholds as glibc
 adapts them). It changes those in the worker's process, for every task the worker runs: preload it on workers
 started for dlagg."""
 

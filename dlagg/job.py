@@ -380,9 +380,9 @@ def setup_note(client: Any, log: Log) -> None:
     slow = [phrases for phrases in found.values() if phrases]
     if slow:
         phrases = list(dict.fromkeys(p for worker in slow for p in worker))
-        log.info(f"{len(slow)} of the Dask cluster's {len(found)} workers {' and '.join(phrases)}; a rank takes them "
-                 "up to 1.3x as long as dlagg's own processes (the reports are the same): start the workers with "
-                 "'dask worker --preload dlagg.dask_preload' (docs/ranks.md)")
+        log.info(f"{len(slow)} of the Dask cluster's {len(found)} workers {' and '.join(phrases)}, which makes a rank "
+                 "slower than in dlagg's own processes (1.25-1.5x with both, in dlagg's benchmark; the reports are the "
+                 "same): start the workers with 'dask worker --preload dlagg.dask_preload' (docs/ranks.md)")
 
 
 def _killed_on_dask(rank: RankSource) -> WorkerLost:

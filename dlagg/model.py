@@ -18,8 +18,8 @@ import pandas as pd
 
 def _text_dtype() -> pd.StringDtype | str:
     """The dtype of an export's strings: Arrow-backed text, NaN where missing (what pandas 3 infers for text), also
-    in a process that keeps inferred text as Python objects (tuning.keep_text_as_objects), where "str" would
-    mean NumPy's fixed-width strings. pandas before 2.3 has no such dtype: its "str"."""
+    in a process that keeps inferred text in Python strings or objects (tuning.keep_text_in_python), where "str"
+    would mean another storage or NumPy's fixed-width strings. pandas before 2.3 has no such dtype: its "str"."""
     try:
         return pd.StringDtype("pyarrow", na_value=np.nan)
     except TypeError:

@@ -1,10 +1,10 @@
 """Process-wide choices that make a rank faster to reduce, made only in processes that dlagg owns or is given.
 
-- **pandas' text.** pandas 3 stores a column it builds from Python strings in Arrow and converts it again at every
-  selection, ``take`` and ``to_numpy``; pandas 2 kept such text as Python objects. A rank's reports build many small
-  frames with text columns (op names, kernel names, op keys): with Arrow text a rank takes about 1.2x as long
-  (docs/design.md). The reports are the same bytes either way (tests/test_cli.py). pandas 3 deprecates the option
-  and pandas 4 drops it: then there is nothing to choose.
+- **pandas' text.** pandas 3 keeps a column it builds from Python strings in Arrow (its str dtype's default
+  storage), and converts it again at every selection, ``take`` and ``to_numpy``. A rank's reports build many small
+  frames with text columns (op names, kernel names, op keys): with Arrow text a rank takes about 1.2x as long as
+  with the str dtype's "python" storage, which keeps Python strings (`keep_text_in_python`; as fast as pandas 2's
+  object columns; docs/design.md). The reports are the same bytes either way (tests/test_cli.py).
 - **glibc's heap** (log.py): one arena for every thread, and the thresholds glibc adapts to (`log.heap_as_adapted`)
   where the environment fixed them, as Dask's nanny does for its workers.
 - **pyarrow's memory pool**: the system allocator.
@@ -13,13 +13,12 @@ The command line makes them for itself and its pool's workers (`tune_process`). 
 cluster, which may run other work: dlagg leaves it as it finds it and says what in it slows a rank (`slow_setup`,
 run on every worker), and workers started for dlagg with ``dask worker --preload dlagg.dask_preload`` get
 `tune_dask_worker`. On the 16-rank benchmark's ranks (benchmarks/bench_dask.py), a rank took Dask's workers as found
-1.33x as long as preloaded ones (0.720 s against 0.540 s, the medians of 80 ranks).
+1.25-1.5x as long as preloaded ones (the medians of 80 ranks, in three runs).
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 
 from .log import heap_as_adapted, one_malloc_arena
 
@@ -43,47 +42,43 @@ def tune_process() -> None:
 
     pa.set_memory_pool(pa.system_memory_pool())
     one_malloc_arena()
-    keep_text_as_objects()
+    keep_text_in_python()
 
 
 def tune_dask_worker() -> None:
-    """A Dask worker started for dlagg, set up to reduce a rank as fast as dlagg's own processes: text kept as
-    Python objects, and glibc's heap thresholds at the values it adapts to where the environment fixed them (Dask's
+    """A Dask worker started for dlagg, set up to reduce a rank as fast as dlagg's own processes: text kept in
+    Python strings, and glibc's heap thresholds at the values it adapts to where the environment fixed them (Dask's
     nanny sets MALLOC_TRIM_THRESHOLD_=65536). Not one arena: a worker may run tasks on several threads."""
     global _heap_adapted
-    keep_text_as_objects()
+    keep_text_in_python()
     if any(name in os.environ for name in HEAP_FIXED_BY):
         _heap_adapted = heap_as_adapted()
 
 
-def keep_text_as_objects() -> None:
-    """Keep the text pandas infers in this process as Python objects, as pandas 2 keeps it."""
+def keep_text_in_python() -> None:
+    """Keep the text pandas infers in this process in Python strings (pandas' "python" string storage), where pandas 3
+    keeps it in Arrow by default. pandas 2 infers no text dtype: its text stays Python objects either way."""
     import pandas as pd
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pandas 3's deprecation of the option
-        try:
-            pd.set_option("future.infer_string", False)
-        except (pd.errors.OptionError, KeyError):  # pandas 4: no such option
-            pass
+    try:
+        pd.set_option("mode.string_storage", "python")
+    except (pd.errors.OptionError, KeyError, ValueError):  # a pandas without the choice
+        pass
 
 
-def keeps_arrow_text() -> bool:
-    """Whether pandas keeps the text it infers in this process in Arrow (and the choice is still there to make)."""
+def inferred_text() -> str:
+    """How pandas keeps the text it infers in this process: "pyarrow" or "python" (the storage of pandas 3's str dtype),
+    or "object" (pandas 2, or pandas 3 with ``future.infer_string`` off)."""
     import pandas as pd
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            return bool(pd.get_option("future.infer_string"))
-        except (pd.errors.OptionError, KeyError):
-            return False
+    dtype = pd.Series(["text"]).dtype
+    return str(dtype.storage) if isinstance(dtype, pd.StringDtype) else "object"
 
 
 def slow_setup() -> tuple[str, ...]:
     """What in this process makes a rank slower to reduce than in dlagg's own processes, each as a phrase."""
     found = []
-    if keeps_arrow_text():
+    if inferred_text() == "pyarrow":
         found.append("keep the text pandas infers in Arrow")
     fixed = [f"{name}={os.environ[name]}" for name in HEAP_FIXED_BY if name in os.environ]
     if fixed and not _heap_adapted:

@@ -111,9 +111,9 @@ def dlagg(capture: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
 
 @pytest.fixture(autouse=True)
 def _text_inference_as_the_session_began() -> Iterator[None]:
-    """Each test starts with pandas' text inference as the session began: the command line, which many tests run
-    in-process, sets it for its process (tuning.keep_text_as_objects)."""
-    with text_inference_kept():
+    """Each test starts with pandas' text inference and string storage as the session began: the command line, which
+    many tests run in-process, sets the storage for its process (tuning.keep_text_in_python)."""
+    with text_inference_kept(), text_storage_kept():
         yield
 
 
@@ -147,3 +147,25 @@ def text_inference_kept(during: bool | None = None) -> Iterator[None]:
         yield
     finally:
         put(before)
+
+
+def text_kept_as() -> str:
+    """How pandas keeps the text it infers: the storage of its str dtype ("pyarrow", "python"), else "object"."""
+    import pandas as pd
+
+    dtype = pd.Series(["text"]).dtype
+    return str(dtype.storage) if isinstance(dtype, pd.StringDtype) else "object"
+
+
+@contextmanager
+def text_storage_kept(during: str | None = None) -> Iterator[None]:
+    """pandas' ``mode.string_storage`` set to `during` (when given) in the block, and as it was after it."""
+    import pandas as pd
+
+    before = pd.get_option("mode.string_storage")
+    if during is not None:
+        pd.set_option("mode.string_storage", during)
+    try:
+        yield
+    finally:
+        pd.set_option("mode.string_storage", before)

@@ -15,7 +15,7 @@ from dlagg import cli
 from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
 
-from .conftest import dlagg, recording, text_inference, text_inference_kept
+from .conftest import dlagg, recording, text_inference, text_inference_kept, text_kept_as, text_storage_kept
 
 
 def sha256(path: Path) -> str:
@@ -193,39 +193,47 @@ def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys,
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_the_command_line_runs_with_pandas_text_kept_as_python_objects(db: Path, tmp_path: Path, capsys,
-                                                                      monkeypatch) -> None:
-    """The command line keeps the text pandas infers as Python objects (tuning.keep_text_as_objects: with
-    pandas 3's Arrow text a rank takes about 1.2x as long), and its workers do (cli.tune_process)."""
+def test_the_command_line_keeps_pandas_text_in_python_strings(db: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The command line keeps the text pandas infers in Python strings (tuning.keep_text_in_python: with pandas 3's
+    Arrow text a rank takes about 1.2x as long), and its workers do (tuning.tune_process)."""
     seen = []
     real = cli.run
 
     def run(*args, **kwargs):
-        seen.append((text_inference(), kwargs.get("worker_init")))
+        seen.append((text_kept_as(), kwargs.get("worker_init")))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cli, "run", run)
-    with text_inference_kept(during=True):
+    with text_storage_kept(during="pyarrow"):
+        infers = text_kept_as() != "object"  # pandas 3 (with its text inference on)
         code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={tmp_path}")
     assert code == 0, err
-    assert seen == [(False if text_inference() is not None else None, cli.tune_process)]
+    assert seen == [("python" if infers else "object", cli.tune_process)]
 
 
 @pytest.mark.parametrize("name", ["resnet_amp", "ddp2_gpt_per_rank"])
-def test_reports_are_the_same_bytes_whether_pandas_keeps_text_in_arrow_or_as_objects(name: str, multi,
-                                                                                      tmp_path: Path) -> None:
-    """A library caller may leave pandas 3's Arrow text on; the command line turns it off. Every report (CSV, JSON,
-    HTML) is the same bytes either way, on one GPU and on two ranks (reduced in this process)."""
-    if text_inference() is None:
-        pytest.skip("this pandas has no choice of text inference")
+def test_reports_are_the_same_bytes_whether_pandas_keeps_text_in_arrow_in_python_strings_or_as_objects(
+        name: str, multi, tmp_path: Path) -> None:
+    """A library caller may keep pandas 3's text in Arrow (its default), in Python strings (what the command line
+    does) or as objects (pandas 2, or its text inference off). Every report (CSV, JSON, HTML) is the same bytes each
+    way, on one GPU and on two ranks (reduced in this process)."""
+    ways = {"objects": (False, None)} if text_inference() is not None else {}
+    with text_inference_kept(during=True):
+        if text_kept_as() != "object":
+            ways.update({"arrow": (True, "pyarrow"), "python": (True, "python")})
+    if len(ways) < 2:
+        pytest.skip("this pandas has no choice of how it keeps inferred text")
     source = recording(name) if name == "resnet_amp" else multi(name)
     written = {}
-    for infer in (True, False):
-        out = tmp_path / f"infer_{infer}"
-        with text_inference_kept(during=infer):
+    for way, (infer, storage) in ways.items():
+        out = tmp_path / way
+        with text_inference_kept(during=infer), text_storage_kept(during=storage):
             pipeline_run(Options(nsys_database=str(source), reports=("all",), formats=("csv", "json", "html"),
                                  output_path=out, suppress_tb_files=True, workers=1, verbosity="quiet"))
-        written[infer] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    assert len(written[True]) >= 17 and written[True].keys() == written[False].keys()
-    for path, data in written[True].items():
-        assert written[False][path] == data, path
+        written[way] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    first, *others = written.values()
+    assert len(first) >= 17
+    for way in others:
+        assert way.keys() == first.keys()
+        for path, data in first.items():
+            assert way[path] == data, path

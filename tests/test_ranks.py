@@ -37,6 +37,7 @@ from dlagg.reader.schema import EVENT_TABLES
 
 from . import dlprof_csv
 from .builders import ExportBuilder
+from .conftest import text_kept_as
 
 ONE = "ddp2_gpt_one_session"
 PER = "ddp2_gpt_per_rank"
@@ -313,13 +314,11 @@ def test_dask_workers_are_left_as_found_and_said_to_be_slower_and_preloaded_ones
                                                                                                   capsys) -> None:
     """dlagg leaves a Dask cluster's workers as it finds them, and says what in them makes a rank slower than in its
     own processes: pandas 3's Arrow text, and the heap thresholds Dask's nanny fixes (MALLOC_TRIM_THRESHOLD_, which
-    maps every array over 128 KB on its own). Workers started with ``--preload dlagg.dask_preload`` keep text as
-    Python objects and serve a 1 MB array from the heap, as dlagg's own processes do. The reports are the same bytes
+    maps every array over 128 KB on its own). Workers started with ``--preload dlagg.dask_preload`` keep text in
+    Python strings and serve a 1 MB array from the heap, as dlagg's own processes do. The reports are the same bytes
     either way."""
     distributed = pytest.importorskip("distributed")
     import dask
-
-    from dlagg.tuning import keeps_arrow_text
 
     fresh_arrow = int(pd.__version__.split(".")[0]) >= 3  # pandas 3 infers Arrow text by default, pandas 2 does not
     fixed_heap = "MALLOC_TRIM_THRESHOLD_" in dask.config.get("distributed.nanny.pre-spawn-environ", {})
@@ -329,7 +328,7 @@ def test_dask_workers_are_left_as_found_and_said_to_be_slower_and_preloaded_ones
         with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
                                       preload=list(preload)) as cluster:
             with distributed.Client(cluster) as client:
-                kept[preload] = set(client.run(keeps_arrow_text).values())
+                kept[preload] = set(client.run(text_kept_as).values())
                 mapped[preload] = set(client.run(mapped_on_its_own, 1 << 20).values())
             capsys.readouterr()
             out = tmp_path / ("preloaded" if preload else "as_found")
@@ -337,7 +336,7 @@ def test_dask_workers_are_left_as_found_and_said_to_be_slower_and_preloaded_ones
         said[preload] = [line for line in capsys.readouterr().err.splitlines() if "Dask cluster's" in line]
         written[preload] = {p.name: p.read_bytes() for p in out.iterdir()}
     preloaded = ("dlagg.dask_preload",)
-    assert kept == {(): {fresh_arrow}, preloaded: {False}}
+    assert kept == {(): {"pyarrow" if fresh_arrow else "object"}, preloaded: {"python" if fresh_arrow else "object"}}
     if mapped[()] != {None}:  # glibc 2.33 or later
         assert mapped == {(): {fixed_heap}, preloaded: {False}}
     assert said[preloaded] == []
