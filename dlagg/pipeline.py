@@ -164,17 +164,27 @@ def check_outputs(options: Options) -> None:
         _prepare_output(options, names, None, _comparison_targets(options))
 
 
-def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
-    out = options.output_path
+def _check_output_folder(out: Path) -> None:
+    """That --output_path is a writable folder or can be made one; it is not made here but by the run's first write
+    (writers/staging.py), so that a run that fails before then leaves no folder behind."""
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out}: cannot create the output folder ({exc.strerror}); "
-                          "choose another --output_path") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
+    if out.is_dir():
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
+        return
+    above = out.parent
+    while not above.exists() and above != above.parent:  # the nearest folder that exists, where it would be made
+        above = above.parent
+    cause = ("Not a directory" if not above.is_dir() else "Permission denied"
+             if not os.access(above, os.W_OK | os.X_OK) else None)
+    if cause:
+        raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
+
+
+def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
+    out = options.output_path
+    _check_output_folder(out)
     for fmt in _writers(options):
         folder = _out_dir(options, fmt)
         if folder.exists() and not folder.is_dir():

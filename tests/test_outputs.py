@@ -112,6 +112,38 @@ def test_without_force_nothing_is_overwritten_even_at_the_commit(tmp_path: Path)
     assert strays(out) == [] and sorted(p.name for p in out.iterdir()) == ["dlagg_summary.csv"]
 
 
+def test_a_run_that_fails_leaves_no_folder_it_made(tmp_path: Path) -> None:
+    """The output folder (and its parents) that a run made for its staging folder goes when the run fails before its
+    commit, unless something else was put there meanwhile; a folder that was there before stays, even empty."""
+    def fails(out: Path, meanwhile=lambda out: None) -> None:
+        with pytest.raises(RuntimeError, match="a rank failed"), Staging(
+                out, out / "event_files", "dlagg", force=False, events=False, suffixes=["summary"],
+                log=Log(0)) as staging:
+            staging.scratch()  # made at the start of a job of ranks on the local pool
+            assert out.is_dir()
+            meanwhile(out)
+            raise RuntimeError("a rank failed")
+
+    fails(tmp_path / "new" / "out")
+    assert list(tmp_path.iterdir()) == []
+    fails(tmp_path / "new" / "out", lambda out: (out / "theirs.txt").write_text("another program's"))
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")] == ["new", "new/out", "new/out/theirs.txt"]
+    (tmp_path / "there").mkdir()
+    fails(tmp_path / "there")
+    assert (tmp_path / "there").is_dir() and list((tmp_path / "there").iterdir()) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_that_fails_after_its_checks_leaves_no_output_folder(tmp_path: Path, multi, capsys, workers: int) -> None:
+    """--output_path is checked before the work but made by the first write: a job that fails while its ranks are
+    reduced (here an --iter_start past rank 1's iterations) leaves no folder, with 1 process or with the pool."""
+    out = tmp_path / "new" / "out"
+    code, _, err = dlagg(capsys, f"--nsys_database={multi('ddp2_gpt_per_rank')}", "--reports=all", "--iter_start=50",
+                         f"--workers={workers}", f"--output_path={out}")
+    assert code == 2 and "--iter_start=50 is out of range" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("error", [RuntimeError("a report failed"), MemoryError(), KeyboardInterrupt()],
                          ids=["error", "out-of-memory", "ctrl-c"])
 def test_a_run_that_fails_half_way_leaves_the_previous_set(tmp_path: Path, references, monkeypatch,

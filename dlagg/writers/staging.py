@@ -149,6 +149,15 @@ def _suffixes() -> list[str]:
     return [spec.file_suffix for spec in REPORTS.values()]
 
 
+def _missing(folder: Path) -> list[Path]:
+    """`folder` and its parents that do not exist yet: what ``mkdir(parents=True)`` makes."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
 def _inside(path: Path, root: Path) -> bool:
     return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root))
 
@@ -172,6 +181,7 @@ class Staging:
         self.suffixes = list(suffixes)
         self.log = log
         self.folders: list[Path] = []  # each root's staging folder, made at the first write
+        self.made: list[Path] = []  # the folders made for the roots (output path, event folder) that were not there
         self.units: dict[Unit, None] = {}  # in the order written
         self.journaled = False
         self._lock = threading.Lock()
@@ -180,9 +190,14 @@ class Staging:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not self.journaled:  # the previous set stays as it was
+        if not self.journaled:  # the previous set stays as it was, and a run that wrote none leaves no folder
             for folder in self.folders:
                 shutil.rmtree(folder, ignore_errors=True)
+            for folder in sorted(set(self.made), key=lambda p: len(p.parts), reverse=True):  # deepest first
+                try:
+                    folder.rmdir()  # only if empty: another run may have written there meanwhile
+                except OSError:
+                    pass
 
     def write(self, fmt: str, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
         """``WRITERS[fmt].write(reports, out_dir, info)`` into the staging folder; the paths the files will have."""
@@ -277,6 +292,7 @@ class Staging:
             if self.folders:
                 return self.folders
             for root in self.roots:
+                self.made += _missing(root)
                 root.mkdir(parents=True, exist_ok=True)
             with _locked(self.roots):
                 for root in self.roots:
