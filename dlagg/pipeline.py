@@ -54,7 +54,7 @@ from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.figures import Table
 from .reports.roofline import build_alone
 from .writers import WRITERS, RunInfo
-from .writers.staging import Staging, check_output_names, write_staged, write_staged_file
+from .writers.staging import Staging, check_output_names, missing_folders, write_staged, write_staged_file
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -173,13 +173,14 @@ def _check_output_folder(out: Path) -> None:
         if not os.access(out, os.W_OK | os.X_OK):
             raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
         return
-    above = out.parent
-    while not above.exists() and above != above.parent:  # the nearest folder that exists, where it would be made
-        above = above.parent
-    cause = ("Not a directory" if not above.is_dir() else "Permission denied"
-             if not os.access(above, os.W_OK | os.X_OK) else None)
-    if cause:
-        raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
+    above = missing_folders(out)[-1].parent  # the nearest folder that exists, where it would be made
+    if not above.is_dir():
+        cause = "Not a directory"
+    elif not os.access(above, os.W_OK | os.X_OK):
+        cause = "Permission denied"
+    else:
+        return
+    raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
 
 
 def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:

@@ -149,7 +149,7 @@ def _suffixes() -> list[str]:
     return [spec.file_suffix for spec in REPORTS.values()]
 
 
-def _missing(folder: Path) -> list[Path]:
+def missing_folders(folder: Path) -> list[Path]:
     """`folder` and its parents that do not exist yet: what ``mkdir(parents=True)`` makes."""
     missing = []
     while not folder.exists() and folder != folder.parent:
@@ -292,7 +292,7 @@ class Staging:
             if self.folders:
                 return self.folders
             for root in self.roots:
-                self.made += _missing(root)
+                self.made += missing_folders(root)
                 root.mkdir(parents=True, exist_ok=True)
             with _locked(self.roots):
                 for root in self.roots:
