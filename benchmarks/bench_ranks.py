@@ -49,6 +49,13 @@ That ratio is the ceiling for the 2-worker run, which does the same work in two 
 the start-up twice, in parallel, where the 1-worker run pays it once, so their time is printed too, with the 2-worker
 run's time over it: about 1 when dlagg's two processes lose nothing to sharing one job (the queue, the merge).
 
+Neither ceiling counts the start-up, which every run pays before its first rank and a second process does not
+shorten: the interpreter's start and dlagg's imports. Each round times it (the fastest of three starts that import
+what ``python -m dlagg`` imports and exit) and prints the most 2 workers can then gain (Amdahl's law): the
+1-worker run's time over the start-up plus the CPU time that run spent after its start-up, shared by two processes
+at the CPU loop's ceiling. The faster the machine reduces a rank, the larger the start-up's share, and the lower
+this bound.
+
     python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3] [--large 256]
                                      [--formats csv,json] [--no-tensorboard]
 """
@@ -236,6 +243,37 @@ def ceiling(pairs: int = 3) -> float:
     return serial / together
 
 
+START_UP = "import dlagg.__main__, dlagg.cli, os; os._exit(0)"  # what `python -m dlagg` loads, then its exit
+
+
+def start_up(times: int = 3) -> tuple[float, float]:
+    """What every dlagg run pays before its first rank, however many workers it has: the interpreter's start,
+    dlagg.__main__'s process settings and dlagg's imports, then an exit as dlagg's (``os._exit``). The fastest of
+    `times` runs: its wall seconds and CPU seconds (one thread: about the same)."""
+    best = (float("inf"), float("inf"))
+    for _ in range(times):
+        began = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-c", START_UP])
+        _, status, usage = os.wait4(child.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit("importing dlagg failed")
+        best = min(best, (time.perf_counter() - began, usage.ru_utime + usage.ru_stime))
+    return best
+
+
+def amdahl(one_worker: dict, start: tuple[float, float], machine: float) -> float:
+    """The most a 2-worker run can gain over `one_worker` (a 1-worker run's figures) on a machine that runs two
+    CPU-bound processes at once `machine` times as fast as one after the other: its own start-up (`start`: the
+    imports, which no second process shortens) and then, at best, the CPU time the 1-worker run spent after its
+    start-up, shared evenly by two processes that each run at `machine` / 2 of one alone. That work is the same
+    ranks, merge and writes; a 2-worker run adds to it (a second start-up, sending figures, lanes that end apart,
+    a cache shared) and reads a rank on one thread instead of two (each with a share of the cores,
+    `reader.read_threads`), which spares the threads' own overhead: a few per cent of the run's CPU
+    (docs/benchmarks.md)."""
+    wall, cpu = start
+    return one_worker["seconds"] / (wall + max(0.0, one_worker["cpu"] - cpu) / machine)
+
+
 def halves(workdir: Path, folder: Path) -> list[Path]:
     """The 16-rank job's files in two folders of 8 (links to the same files), for `own_ceiling`."""
     files = sorted(folder.glob("*.sqlite"))
@@ -296,19 +334,21 @@ def main() -> int:
     parts = halves(args.workdir, folders[16])
     compile_dlagg()
     LOADED[:] = loaded_files()
-    rounds, ceilings, owns, at_once = [], [], [], []  # per round: the four cases' figures; the machine's ceilings
+    rounds, ceilings, owns, at_once, bounds = [], [], [], [], []  # per round: the four cases' figures; the ceilings
     for number in range(1, args.repeat + 1):  # rounds of the four cases, one after the other
         done = {(r, w): run(folders[r], w, args.workdir / "out") for r, w in cases}
         ceilings.append(ceiling())
         own, together = own_ceiling(parts, args.workdir)
         owns.append(own)
         at_once.append(done[16, 2]["seconds"] / together)
+        start = start_up()
+        bounds.append(amdahl(done[16, 1], start, ceilings[-1]))
         rounds.append(done)
         print(f"round {number}: " + ", ".join(f"{r} rank{'s' if r > 1 else ''}/{w} worker{'s' if w > 1 else ''} "
                                                f"{f['seconds']:.2f} s" for (r, w), f in done.items())
               + f", 2 workers vs 1 {done[16, 1]['seconds'] / done[16, 2]['seconds']:.2f}x; the machine's ceiling "
               f"{ceilings[-1]:.2f}x (a CPU loop), {owns[-1]:.2f}x (dlagg's work: its two halves at once took "
-              f"{together:.2f} s); waited for the disk "
+              f"{together:.2f} s), {bounds[-1]:.2f}x with its start-up ({start[0]:.2f} s); waited for the disk "
               f"{max(f['io_stall'] for f in done.values()):.2f} s at most", flush=True)
     for ranks, workers in cases:
         best = min((done[ranks, workers] for done in rounds), key=lambda f: f["seconds"])
@@ -330,6 +370,11 @@ def main() -> int:
     print(f"1 worker keeps {cores:.2f} cores busy at 16 ranks (CPU time over wall time, the median over rounds: the "
           f"reader's threads read a rank's tables at once); 2 workers can be at most {machine / cores:.2f}x as fast "
           "on this machine")
+    bound = statistics.median(bounds)
+    print(f"start-up and the machine: every run first starts and imports dlagg (`python -c '{START_UP}'`), which a "
+          f"second process does not shorten; after it, the 1-worker run's CPU time shared by two processes at the "
+          f"machine's ceiling would make 2 workers at most {bound:.2f}x as fast, the median over rounds; they got "
+          f"{speedup / bound:.0%} of that")
     if PRESSURE.exists():
         print(f"waited for the disk during a timed run (its files read just before it): {max(stalls):.2f} s at most, "
               f"{statistics.median(stalls):.2f} s the median (/proc/pressure/io)")
