@@ -17,7 +17,9 @@ detailed for the ranks they reduced), and the time after the last rank is reduce
 writes: from that log line, read as it comes, to the exit). Then the bars of the ranks issue: 2 workers
 at least MIN_SPEEDUP times faster than 1, time linear in the number of ranks, parent peak under
 MAX_PARENT_MB at 64 ranks. Timing results are printed, never asserted (``--strict`` exits 1 if a bar
-fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank files, about 80 s).
+fails). ``--large N`` then runs N ranks with 2 workers once (256: 2.8 GB of rank files, about 80 s). ``--big FILE``
+runs instead 16 ranks made of copies of FILE, a one-process export, with 1 worker and with 2: the speed-up where a
+rank's work, not the start-up, is most of the run.
 
 Every timed run starts with its files in the page cache: its rank files, and the modules and libraries a dlagg
 run loads (listed once by a Python that imports them), are read just before it. Some virtual machines page out what
@@ -56,7 +58,7 @@ what ``python -m dlagg`` imports and exit) and prints the most 2 workers can the
 at the CPU loop's ceiling. The faster the machine reduces a rank, the larger the start-up's share, and the lower
 this bound.
 
-    python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3] [--large 256]
+    python benchmarks/bench_ranks.py [--workdir /tmp/dlagg-ranks] [--repeat 3] [--large 256] [--big FILE]
                                      [--formats csv,json] [--no-tensorboard]
 """
 
@@ -123,16 +125,31 @@ def make_rank(source: Path, target: Path, rank: int) -> None:
     conn.close()
 
 
-def make_job(workdir: Path, ranks: int) -> Path:
-    folder = workdir / f"ranks{ranks}"
+def make_job(workdir: Path, ranks: int, sources: list[Path] | None = None, name: str = "ranks") -> Path:
+    """`ranks` rank files in `workdir`/<name><ranks>: copies of `sources` in turn (default: the per-rank recording's
+    two files), made once."""
+    folder = workdir / f"{name}{ranks}"
     if folder.exists() and len(list(folder.glob("*.sqlite"))) == ranks:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    sources = source_files(workdir)
+    sources = sources or source_files(workdir)
     for rank in range(ranks):  # a benchmark's setup: one copy per rank
-        make_rank(sources[rank % 2], folder / f"rank{rank:03d}.sqlite", rank)
+        make_rank(sources[rank % len(sources)], folder / f"rank{rank:03d}.sqlite", rank)
     return folder
+
+
+def unpacked(path: Path, workdir: Path) -> Path:
+    """`path`, or its unpacked copy in `workdir` when it is gzipped (made once)."""
+    if path.suffix != ".gz":
+        return path
+    import gzip
+
+    target = workdir / path.name[:-3]
+    if not target.exists():
+        with gzip.open(path, "rb") as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return target
 
 
 def compile_dlagg() -> None:
@@ -314,6 +331,29 @@ def own_ceiling(parts: list[Path], workdir: Path) -> tuple[float, float]:
     return serial / together, together
 
 
+BIG_RANKS = 16
+
+
+def big_ranks(source: Path, workdir: Path, repeat: int) -> None:
+    """16 ranks made of copies of `source` (a one-process export: one rank), 1 worker against 2 in `repeat` rounds
+    (each round with the CPU loop's ceiling and the start-up's bound): the speed-up where a rank's work, not the
+    start-up, is most of the run."""
+    folder = make_job(workdir, BIG_RANKS, [unpacked(source, workdir)], name=f"big_{source.name.split('.')[0]}_")
+    size = sum(p.stat().st_size for p in folder.glob("*.sqlite")) / 1e6
+    print(f"{BIG_RANKS} ranks of {source.name} ({size / BIG_RANKS:.0f} MB a rank):", flush=True)
+    ratios, bounds = [], []
+    for number in range(1, repeat + 1):
+        one, two = run(folder, 1, workdir / "out"), run(folder, 2, workdir / "out")
+        machine = ceiling()
+        ratios.append(one["seconds"] / two["seconds"])
+        bounds.append(amdahl(one, start_up(), machine))
+        print(f"round {number}: 1 worker {one['seconds']:.2f} s, 2 workers {two['seconds']:.2f} s, 2 workers vs 1 "
+              f"{ratios[-1]:.2f}x; the machine's ceiling {machine:.2f}x (a CPU loop), {bounds[-1]:.2f}x with the "
+              f"start-up; worker peak {two['worker_mb']:.0f} MB", flush=True)
+    print(f"{BIG_RANKS} ranks of {source.name}: 2 workers vs 1 {statistics.median(ratios):.2f}x, the median over "
+          f"rounds (the start-up's bound {statistics.median(bounds):.2f}x)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
@@ -321,6 +361,9 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a bar fails")
     parser.add_argument("--large", type=int, default=0, metavar="N",
                         help="then N ranks with 2 workers, once (no bar; 11 MB of rank files per rank)")
+    parser.add_argument("--big", type=Path, metavar="FILE",
+                        help="instead of the four cases: 16 ranks made of copies of FILE (a one-process nsys export, "
+                             ".sqlite or .sqlite.gz), 1 worker against 2 in --repeat rounds (no bar)")
     parser.add_argument("--formats", default="", help="dlagg's --formats (default: dlagg's own, CSV and TensorBoard)")
     parser.add_argument("--no-tensorboard", action="store_true",
                         help="no TensorBoard event files (dlagg -b); runs 1-21 of docs/benchmarks.md: "
@@ -329,6 +372,11 @@ def main() -> int:
     OUTPUTS[:] = [*([f"--formats={args.formats}"] if args.formats else []), *(["-b"] if args.no_tensorboard else [])]
     print(f"dlagg --reports=all {' '.join(OUTPUTS)}".rstrip(), flush=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.big:
+        compile_dlagg()
+        LOADED[:] = loaded_files()
+        big_ranks(args.big, args.workdir, args.repeat)
+        return 0
     cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
     folders = {ranks: make_job(args.workdir, ranks) for ranks in (1, 16, 64)}
     parts = halves(args.workdir, folders[16])
