@@ -92,19 +92,23 @@ LAST_RANK = re.compile(r"reduced in [\d.]+ s \((\d+)/\1\)")  # "... reduced in 0
 WORKER_PEAK = re.compile(r"peak memory of the process that reduced it \(a worker process\) ([\d,]+) MB")
 
 
+def unpacked(path: Path, workdir: Path) -> Path:
+    """`path`, or its unpacked copy in `workdir` when it is gzipped (made once)."""
+    if path.suffix != ".gz":
+        return path
+    import gzip
+
+    target = workdir / path.name[:-3]
+    if not target.exists():
+        with gzip.open(path, "rb") as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return target
+
+
 def source_files(workdir: Path) -> list[Path]:
     if all(p.exists() for p in SOURCES):
         return SOURCES
-    import gzip
-
-    out = []
-    for packed in BUNDLED:
-        target = workdir / packed.name[:-3]
-        if not target.exists():
-            with gzip.open(packed, "rb") as src, target.open("wb") as dst:
-                shutil.copyfileobj(src, dst)
-        out.append(target)
-    return out
+    return [unpacked(packed, workdir) for packed in BUNDLED]
 
 
 def make_rank(source: Path, target: Path, rank: int) -> None:
@@ -137,19 +141,6 @@ def make_job(workdir: Path, ranks: int, sources: list[Path] | None = None, name:
     for rank in range(ranks):  # a benchmark's setup: one copy per rank
         make_rank(sources[rank % len(sources)], folder / f"rank{rank:03d}.sqlite", rank)
     return folder
-
-
-def unpacked(path: Path, workdir: Path) -> Path:
-    """`path`, or its unpacked copy in `workdir` when it is gzipped (made once)."""
-    if path.suffix != ".gz":
-        return path
-    import gzip
-
-    target = workdir / path.name[:-3]
-    if not target.exists():
-        with gzip.open(path, "rb") as src, target.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return target
 
 
 def compile_dlagg() -> None:
@@ -372,16 +363,14 @@ def main() -> int:
     OUTPUTS[:] = [*([f"--formats={args.formats}"] if args.formats else []), *(["-b"] if args.no_tensorboard else [])]
     print(f"dlagg --reports=all {' '.join(OUTPUTS)}".rstrip(), flush=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
+    compile_dlagg()
+    LOADED[:] = loaded_files()
     if args.big:
-        compile_dlagg()
-        LOADED[:] = loaded_files()
         big_ranks(args.big, args.workdir, args.repeat)
         return 0
     cases = [(1, 1), (16, 1), (16, 2), (64, 2)]
     folders = {ranks: make_job(args.workdir, ranks) for ranks in (1, 16, 64)}
     parts = halves(args.workdir, folders[16])
-    compile_dlagg()
-    LOADED[:] = loaded_files()
     rounds, ceilings, owns, at_once, bounds = [], [], [], [], []  # per round: the four cases' figures; the ceilings
     for number in range(1, args.repeat + 1):  # rounds of the four cases, one after the other
         done = {(r, w): run(folders[r], w, args.workdir / "out") for r, w in cases}
