@@ -222,6 +222,7 @@ def _reports_help() -> str:
         "",
         "examples:",
         "  dlagg --nsys_database=run.sqlite --reports=all",
+        "  dlagg --trace=traces/ --reports=all --formats=all      # torch.profiler traces, one per rank",
         "  dlagg --reports=all --key_node=train_step python train.py --epochs=1    # runs it under nsys, as dlprof",
         "  dlagg --nsys_database=run.sqlite --reports=summary,kernel --formats=csv,json --key_node=train_step",
         "  dlagg --nsys_database=run.sqlite --reports=all --iter_start=5 --iter_stop=20 --force=true",
@@ -288,7 +289,8 @@ def build_parser() -> Parser:
         usage="dlagg [options] --nsys_database=FILES\n       dlagg [options] program [args ...]    (runs it under "
               "nsys profile, as dlprof did)",
         description="Where each training iteration's time goes, from an Nsight Systems SQLite export "
-                    "(nsys export --type sqlite), or from a program dlagg runs under nsys. Command line compatible "
+                    "(nsys export --type sqlite), a PyTorch profiler trace (torch.profiler), or a program dlagg runs "
+                    "under nsys. Command line compatible "
                     "with NVIDIA DLProf (docs/cli.md).",
         epilog=_reports_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -296,10 +298,11 @@ def build_parser() -> Parser:
     )
     add = parser.add_argument
     add("-V", "--version", action="version", version=f"dlagg {__version__}")
-    add("--nsys_database", "--database", "--nvprof_database", dest="nsys_database", metavar="FILES", default=None,
-        help="the nsys SQLite export(s) or nvprof databases (nvprof -o / .nvvp) to read, read-only: a file, a comma "
-             "list, a glob ('rank*.sqlite') or a folder; each file may hold several processes (ranks). Needed by "
-             "every report but the roofline")
+    add("--nsys_database", "--database", "--nvprof_database", "--trace", dest="nsys_database", metavar="FILES",
+        help="the profiles to read, read-only: nsys SQLite exports, nvprof databases (nvprof -o / .nvvp) or PyTorch "
+             "profiler traces (--trace: *.pt.trace.json or .json.gz, one per rank); a file, a comma list, a glob "
+             "('rank*.sqlite') or a folder; the format is told from each file's content; an nsys file may hold "
+             "several processes (ranks). Needed by every report but the roofline")
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); default summary,expert_systems (DLProf: none)")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",

@@ -44,7 +44,7 @@ from .model import Iterations, Profile, share
 from .options import Options
 from .pool import pool_context, shared_map
 from .reader import load_profile, read_threads
-from .reader.discover import Job, RankSource
+from .reader.discover import Job, RankSource, with_profile_facts
 from .reports import REPORTS, Report
 from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
 from .reports.roofline import tc_warning
@@ -140,6 +140,7 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     log = log or Log(0)
     with log.stage(f"read {source.path.name}"):
         profile = load_profile(source.path, source.process, reader_threads)
+    source = with_profile_facts(source, profile)
     log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
                f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
                f"nsys {profile.meta.nsys_version or 'version unknown'}")

@@ -231,9 +231,13 @@ def _staging(options: Options, log: Log) -> Staging:
                    suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
 
 
-def _checked_inputs(given: Path | str) -> list[Path]:
-    """The exports given (--nsys_database), each checked."""
-    paths = input_paths(given)
+def _checked_inputs(given: Path | str, log: Log) -> list[Path]:
+    """The profiles given (--nsys_database, --trace), each checked; files of a folder that are no profile are
+    left out, with a note."""
+    skipped: list[str] = []
+    paths = input_paths(given, skipped)
+    for note in skipped:
+        log.warn(note)
     for path in paths:
         check_input(path)
     return paths
@@ -273,6 +277,16 @@ def _ranks_pool(options: Options, job: Job, files_pool: ProcessPoolExecutor | No
     return _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True, previous=files_pool)
 
 
+def _discovered(options: Options, paths: list[Path], workers: ProcessPoolExecutor | None, log: Log) -> Job:
+    """The ranks of the files, said on stderr when there are several, with what the user should know of them."""
+    job = discover(paths, _probe_all(options, len(paths), workers))
+    for note in job.notes:
+        log.warn(note)
+    if len(job.sources) > 1 or job.files > 1:
+        log.info(f"found {job.describe()}")
+    return job
+
+
 def _file_size(path: Path) -> int:
     """A checked input's size in bytes (`check_input` has stat'ed it)."""
     return path.stat().st_size
@@ -306,13 +320,11 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
     with collector_spared(), ExitStack() as pools:  # pools end after the staging folder, once its writes have
-        paths = _checked_inputs(options.nsys_database)
+        paths = _checked_inputs(options.nsys_database, log)
         workers = _pool(options, [_file_size(p) for p in paths], worker_init, pools, log)
-        job = discover(paths, _probe_all(options, len(paths), workers))
+        job = _discovered(options, paths, workers, log)
         options = with_ncu_rank(options, job)
         several = len(job.sources) > 1
-        if several or job.files > 1:
-            log.info(f"found {job.describe()}")
         names = resolve_reports(options.reports, several, _inputs(options))
         if names or baseline:
             _prepare_output(options, names, job, _comparison_targets(options))

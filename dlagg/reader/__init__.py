@@ -1,7 +1,8 @@
-"""Reader stage: an nsys SQLite export, or an nvprof database (``reader/nvprof.py``) -> `Profile`.
+"""Reader stage: a profile file -> `Profile`, whichever profiler wrote it.
 
-``load_profile(path, process=None)`` decides which by the tables the file has; nothing after the
-reader knows which profiler wrote it.
+``load_profile(path, process=None)`` reads the file with the reader its format needs
+(``reader/formats.py``: an nsys export, an nvprof database, a PyTorch profiler trace); nothing after
+the reader knows which profiler wrote it.
 """
 
 from __future__ import annotations
@@ -9,21 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model import Profile
-from .nvprof import is_nvprof, read_nvprof
-from .sqlite import Database, check_input, read_nsys, read_threads
+from .formats import format_of
+from .sqlite import read_threads
+
+
+def check_input(path: Path) -> None:
+    """Refuse, with one line saying what to do, a file no reader of dlagg can read."""
+    format_of(path)
 
 
 def load_profile(path: str | Path, process: int | None = None, threads: int | None = None) -> Profile:
-    """Read every table dlagg uses from the export at `path`: all of it, or one process's rows
-    (`process`: its ``globalPid``, for files that hold several ranks), on `threads` threads (default: one per
-    core, up to 4; `read_threads` of the processes that read at once)."""
-    db = Database(Path(path), threads)
-    try:
-        if is_nvprof(db):
-            return read_nvprof(db)
-        return read_nsys(db, process)
-    finally:
-        db.close()
+    """Read every table dlagg uses from the profile at `path`: all of it, or one process's rows
+    (`process`: its ``globalPid``, for nsys files that hold several ranks), on `threads` threads (default: one
+    per core, up to 4; `read_threads` of the processes that read at once)."""
+    path = Path(path)
+    return format_of(path).read(path, process, threads)
 
 
 __all__ = ["check_input", "load_profile", "read_threads"]

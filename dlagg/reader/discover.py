@@ -19,12 +19,18 @@ from __future__ import annotations
 import glob
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from ..errors import InputError
+from ..model import Profile
 from . import schema
+from .formats import SQLITE, TRACE, format_of, sniffed
+from .kineto import probe_kineto
 from .sqlite import Database, file_late_events, stated_session, trusted_session
 
 # probe_all(probe, paths): probe(path) of every path, in their order (see `discover`)
@@ -33,6 +39,8 @@ RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
 GPU_TABLES = (schema.KERNELS, schema.MEMCPY, schema.MEMSET)
 # The OS process id inside a globalPid (reference §2.3).
 PID_SHIFT, PID_BITS = 24, 0xFFFFFF
+# The names a folder's PyTorch profiler traces may have (tensorboard_trace_handler: <worker>.<ts>.pt.trace.json.gz).
+TRACE_SUFFIXES = (".json", ".gz")
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Job:
     files: int
     processes: int  # processes that called CUDA or ran GPU work
     numbering: str  # how ranks were numbered, for the log
+    notes: tuple[str, ...] = ()  # what the user should know of the files (a rank missing), for the log
 
     @property
     def gpus(self) -> int:
@@ -64,29 +73,64 @@ class Job:
 
     def describe(self) -> str:
         ranks = len(self.sources)
+        gpus = f" on {self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else ""  # (a trace's: read later)
         return (f"{self.files} file{'s' if self.files != 1 else ''}, {self.processes} process"
-                f"{'es' if self.processes != 1 else ''} with CUDA activity, {ranks} rank{'s' if ranks != 1 else ''} "
-                f"on {self.gpus} GPU{'s' if self.gpus != 1 else ''}; {self.numbering}")
+                f"{'es' if self.processes != 1 else ''} with CUDA activity, {ranks} rank{'s' if ranks != 1 else ''}"
+                f"{gpus}; {self.numbering}")
+
+
+def with_profile_facts(source: RankSource, profile: Profile) -> RankSource:
+    """`source` with the process and devices its profile shows, where the probe could not tell them (a trace's
+    probe reads only its head): the devices that ran its GPU work, the process that made most CUDA calls."""
+    if source.devices or source.pid:
+        return source
+    devices = np.unique(np.concatenate([getattr(profile, t.name)["device_id"].to_numpy() for t in GPU_TABLES]))
+    calls = profile.runtime["global_tid"].to_numpy()
+    pid = int(pd.Series(calls >> PID_SHIFT).value_counts().index[0]) & PID_BITS if len(calls) else 0
+    return replace(source, devices=tuple(int(d) for d in devices), pid=pid)
 
 
 def _natural(path: Path) -> list[object]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
-def input_paths(spec: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The files `spec` names: a file, a folder (its ``*.sqlite``), a glob, or a comma list of those."""
+def _folder(path: Path, skipped: list[str] | None) -> list[Path]:
+    """The profiles in a folder: its ``*.sqlite`` files, else its PyTorch profiler traces (files of another format,
+    such as other JSON, are named in `skipped` and left out)."""
+    found = sorted(path.glob("*.sqlite"), key=_natural)
+    if found:
+        return found
+    candidates = sorted((p for p in path.iterdir() if p.suffix in TRACE_SUFFIXES and p.is_file()), key=_natural)
+    traces, others = [], []
+    for candidate in candidates:
+        try:
+            known = sniffed(candidate)[0]
+        except InputError:
+            known = None
+        (traces if known is not None and known.name == TRACE else others).append(candidate)
+    if not traces:
+        raise InputError(f"{path}: the folder holds no *.sqlite file nor PyTorch profiler trace; pass nsys SQLite "
+                         "exports or the *.pt.trace.json(.gz) files torch.profiler wrote")
+    if others and skipped is not None:
+        names = ", ".join(p.name for p in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        skipped.append(f"{path}: left out {len(others)} file{'s' if len(others) > 1 else ''} that "
+                       f"{'are' if len(others) > 1 else 'is'} not a profiler trace ({names})")
+    return traces
+
+
+def input_paths(spec: str | Path | Sequence[str | Path], skipped: list[str] | None = None) -> list[Path]:
+    """The files `spec` names: a file, a folder (its ``*.sqlite``, else its PyTorch profiler traces), a glob, or
+    a comma list of those. Files of a folder that are no profile are left out, each folder's said in `skipped`."""
     items = [spec] if isinstance(spec, (str, Path)) else list(spec)
     parts = [p.strip() for item in items for p in str(item).split(",") if p.strip()]
     if not parts:
-        raise InputError("--nsys_database: no file given; pass an nsys SQLite export, a folder or a glob")
+        raise InputError("--nsys_database: no file given; pass an nsys SQLite export or a PyTorch profiler trace, "
+                         "a folder or a glob")
     paths: list[Path] = []
     for part in parts:
         path = Path(part)
         if path.is_dir():
-            found = sorted(path.glob("*.sqlite"), key=_natural)
-            if not found:
-                raise InputError(f"{path}: the folder holds no *.sqlite file; pass nsys SQLite exports")
-            paths.extend(found)
+            paths.extend(_folder(path, skipped))
         elif any(ch in part for ch in "*?[") and not path.exists():
             found = sorted((Path(p) for p in glob.glob(part)), key=_natural)
             if not found:
@@ -104,8 +148,10 @@ class _File:
     processes: tuple[tuple[int, tuple[int, ...]], ...]  # (globalPid, devices) with GPU work, by lowest device
     cuda_processes: int
     host: str
-    env_ranks: tuple[int, ...]  # distinct rank numbers its environment strings name
+    env_ranks: tuple[int, ...]  # distinct rank numbers its environment strings name (a trace: its stated rank)
     size: int  # bytes
+    format: str = SQLITE
+    world_size: int | None = None  # a trace's distributedInfo
 
 
 def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -132,6 +178,8 @@ def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int,
 
 
 def _probe(path: Path) -> _File:
+    if format_of(path).name == TRACE:
+        return _probe_trace(path)
     db = Database(path)
     try:
         processes = _gpu_processes(db)
@@ -153,6 +201,46 @@ def _probe(path: Path) -> _File:
         return _File(path, processes, len(callers), host, _env_ranks(db), path.stat().st_size)
     finally:
         db.close()
+
+
+def _probe_trace(path: Path) -> _File:
+    """A trace is one process, one rank: the rank its distributedInfo states."""
+    head = probe_kineto(path)
+    info = head.distributed
+    rank = (info.rank,) if info is not None and info.rank is not None else ()
+    return _File(path, ((0, ()),), 1, "", rank, path.stat().st_size, TRACE,
+                 info.world_size if info is not None else None)
+
+
+def _check_traces(files: list[_File]) -> tuple[str, ...]:
+    """Refuse a job of traces that cannot be one run's ranks; notes on ranks missing."""
+    if len({f.format for f in files}) > 1:
+        raise InputError(f"{files[0].path.parent}: the job mixes nsys exports and PyTorch profiler traces; pass the "
+                         "files of one recording")
+    if files[0].format != TRACE or len(files) < 2:
+        return ()
+    seen: dict[int, Path] = {}
+    for f in files:
+        for rank in f.env_ranks:
+            if rank in seen:
+                raise InputError(f"{f.path}: a second trace for rank {rank} (also {seen[rank].name}); pass one trace "
+                                 "per rank (a folder of one run's traces)")
+            seen[rank] = f.path
+    worlds = {f.world_size for f in files if f.world_size is not None}
+    if len(worlds) > 1:
+        raise InputError(f"{files[0].path.parent}: the traces come from runs of different world sizes "
+                         f"({', '.join(map(str, sorted(worlds)))}); pass the traces of one run")
+    if worlds and seen:
+        world = worlds.pop()
+        beyond = sorted(r for r in seen if r >= world)
+        if beyond:
+            raise InputError(f"{seen[beyond[0]]}: rank {beyond[0]} of a world of {world}; pass the traces of one run")
+        missing = sorted(set(range(world)) - set(seen))
+        if missing:
+            listed = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+            return (f"the run had {world} ranks; no trace for rank{'s' if len(missing) > 1 else ''} {listed}: the "
+                    "ranks report covers those given",)
+    return ()
 
 
 def _env_ranks(db: Database) -> tuple[int, ...]:
@@ -184,9 +272,12 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
             share = f.size // len(f.processes)
             sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host, share)
                            for gpid, devs in f.processes)
+    notes = _check_traces(files) if files else ()
     env = [f.env_ranks[0] for f in files if len(f.env_ranks) == 1 and len(f.processes) <= 1]
     if len(env) == len(files) == len(sources) > 1 and len(set(env)) == len(env):
-        ranks, numbering = env, "ranks numbered by the RANK variable of each file's environment"
+        ranks = env
+        numbering = ("ranks numbered by each trace's distributedInfo" if files[0].format == TRACE
+                     else "ranks numbered by the RANK variable of each file's environment")
     else:
         ranks = list(range(len(sources)))
         numbering = "ranks numbered by order of (file, lowest GPU device id)"
@@ -199,4 +290,5 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
         files=len(files),
         processes=sum(max(f.cuda_processes, len(f.processes)) for f in files),
         numbering=numbering,
+        notes=notes,
     )

@@ -84,12 +84,11 @@ def _uri(path: Path) -> str:
     return path.resolve().as_uri() + "?mode=ro&immutable=1"
 
 
-def check_input(path: Path) -> None:
-    """Refuse anything that is not a regular SQLite file, with one line that says what to do.
+def check_file(path: Path) -> None:
+    """Refuse anything that is not a regular, non-empty file, with one line that says what to do.
 
     Only regular files (or symlinks to them) are opened: opening a FIFO would wait for a writer
-    forever, a device would be read without end. A non-empty ``-wal`` beside the file holds
-    changes the main file lacks, which the read-only, immutable open would silently ignore.
+    forever, a device would be read without end.
     """
     try:
         info = path.stat()
@@ -105,14 +104,26 @@ def check_input(path: Path) -> None:
                 else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
         raise InputError(f"{path}: is {kind}, not a file; dlagg reads a regular .sqlite file: save the export "
                          "to a file first")
+    if not _head(path):
+        raise InputError(f"{path}: the file is empty; export the nsys report again")
+
+
+def _head(path: Path) -> bytes:
     try:
         with path.open("rb") as handle:
-            head = handle.read(len(SQLITE_MAGIC))
+            return handle.read(len(SQLITE_MAGIC))
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
-    if not head:
-        raise InputError(f"{path}: the file is empty; export the nsys report again")
-    if head != SQLITE_MAGIC:
+
+
+def check_input(path: Path) -> None:
+    """Refuse anything that is not a regular SQLite file, with one line that says what to do.
+
+    A non-empty ``-wal`` beside the file holds changes the main file lacks, which the read-only,
+    immutable open would silently ignore.
+    """
+    check_file(path)
+    if _head(path) != SQLITE_MAGIC:
         if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
             raise InputError(f"{path}: is an Nsight Systems report, not its SQLite export; "
                              + EXPORT_HINT.format(name=path.name))
@@ -873,4 +884,4 @@ def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
     return va.integers(array, column.dtype, column.default).values
 
 
-__all__ = ["read_nsys", "read_threads", "Database", "check_input", "NO_ID"]
+__all__ = ["read_nsys", "read_threads", "Database", "check_file", "check_input", "NO_ID"]
