@@ -212,3 +212,26 @@ def test_hta_fails_on_resnet_amp_and_dlagg_does_not(tmp_path: Path, capsys) -> N
     assert "Traceback" not in err
     summary = dlprof_csv.read(tmp_path / "dlagg_summary.csv")
     assert summary["Iterations"].values()["Total Iterations"] == 10
+
+
+def test_collectives_carry_message_size_and_bus_bandwidth(tmp_path: Path, capsys) -> None:
+    """Size and bus bandwidth as nccl-tests defines them (AllReduce: 2(n-1)/n of size over time), from the NCCL
+    kernels' args in the JSON; the time is the instance's shortest duration on any rank (its transfer)."""
+    code, _, err = dlagg(capsys, f"--trace={folder('ddp2')}", "--reports=collectives", f"--output_path={tmp_path}")
+    assert code == 0, err
+    report = dlprof_csv.table(tmp_path / "dlagg_collectives.csv")
+    per_rank = []
+    for path in traces("ddp2"):
+        launched, last_end = launches(path), steps(path)[-1][1]
+        nccl = [e for e in events(path) if e.get("cat") == "kernel" and e["name"].startswith("nccl")
+                and launched[e["args"]["correlation"]] <= last_end]
+        per_rank.append(sorted(nccl, key=lambda e: ns(e["ts"])))
+    assert len(report) == sum(len(k) for k in per_rank) == 100
+    sizes = [max(e["args"]["In msg nelems"], e["args"]["Out msg nelems"]) * 4 for e in per_rank[0]]  # Float
+    assert all(e["args"]["dtype"] == "Float" for k in per_rank for e in k)
+    shortest = [min(ns(a["dur"]), ns(b["dur"])) for a, b in zip(*per_rank, strict=True)]
+    expected = [size / time * 2 * (2 - 1) / 2 for size, time in zip(sizes, shortest, strict=True)]
+    mine = report[report["Rank"] == 0].sort_values(["Iteration", "Collective"])
+    assert mine["Size (B)"].astype(np.int64).tolist() == sizes
+    assert mine["Bus Bandwidth (GB/s)"].tolist() == pytest.approx(expected, abs=0.006)
+    assert set(report["Algorithm"]) == {"RING_LL"} and set(report["Operation"]) == {"AllReduce"}

@@ -105,9 +105,49 @@ def _collectives(ctx: RankContext, rows: pd.DataFrame) -> pd.DataFrame:
         "end": rows["end"].to_numpy(),
         "api_start": rows["api_start"].to_numpy(),
         "nvtx": _nccl_ranges(ctx, rows),
+        **_message(ctx, rows["row"].to_numpy()),
     })
     frame["k"] = frame.groupby(["iteration", "name", "stream"], sort=False).cumcount().to_numpy()
     return frame[frame["iteration"].to_numpy() >= 0].reset_index(drop=True)
+
+
+def _message(ctx: RankContext, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Per communication kernel (its row in the kernel frame): the message size in bytes (-1: not known), the
+    ranks of its communicator (0: not known) and its process group ('' : not known), where the profile says them
+    (a PyTorch profiler trace's collective args, ``reader/kineto.py``; an nsys export does not)."""
+    kernels = ctx.profile.kernels
+    if "comm_bytes" not in kernels.columns:
+        return {"bytes": np.full(len(rows), -1, np.int64), "group_ranks": np.zeros(len(rows), np.int64),
+                "group": np.full(len(rows), "", dtype=object)}
+    return {"bytes": kernels["comm_bytes"].to_numpy()[rows], "group_ranks": kernels["comm_ranks"].to_numpy()[rows],
+            "group": kernels["comm_group"].to_numpy(dtype=object)[rows]}
+
+
+# The algorithm and protocol NCCL names at the end of its kernels' names: ..._RING_LL, ..._TREE_LL128, ..._NVLS_SIMPLE
+_ALGORITHM = re.compile(r"_((?:RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT)"
+                        r"_(?:LL128|LL|SIMPLE))$")
+# nccl-tests' bus bandwidth factor per collective for n ranks (its doc/PERFORMANCE.md), as (a, b) in
+# a * (n - 1) / n + b: what each rank's link carries relative to the message, so that the figure compares with the
+# link's own bandwidth.
+BUS_FACTORS = {"AllReduce": (2.0, 0.0), "ReduceScatter": (1.0, 0.0), "AllGather": (1.0, 0.0), "AlltoAll": (1.0, 0.0),
+               "Broadcast": (0.0, 1.0), "Reduce": (0.0, 1.0), "SendRecv": (0.0, 1.0)}
+
+
+def algorithm(short_name: str) -> str:
+    """NCCL's algorithm and protocol of a communication kernel (``RING_LL``), '' when its name does not say."""
+    match = _ALGORITHM.search(short_name)
+    return match.group(1) if match else ""
+
+
+def bus_bandwidth(operation: str, size: np.ndarray, time_ns: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """nccl-tests' bus bandwidth in GB/s (bytes per ns): the message size over the time, times the collective's
+    factor for its ranks; NaN where the size, the time or the factor is not known."""
+    a, b = BUS_FACTORS.get(operation, (np.nan, np.nan))
+    n = ranks.astype(np.float64)
+    known = (size > 0) & (time_ns > 0) & (n > 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = size / time_ns * (a * (n - 1) / n + b)
+    return np.where(known, value, np.nan)
 
 
 def _nccl_ranges(ctx: RankContext, rows: pd.DataFrame) -> np.ndarray:

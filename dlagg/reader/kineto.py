@@ -565,9 +565,27 @@ def _frame(table: schema.Table, **values: np.ndarray) -> pd.DataFrame:
                           else np.full(n, c.default if c.default is not None else 0, dtype=c.dtype)
                           for c in table.columns})
     if table is schema.KERNELS:
-        for name in COLLECTIVE_ARGS:
-            frame[name] = values[name]
+        frame = frame.assign(**_collective_columns(values))
     return frame
+
+
+# Bytes of one element of each data type a collective's args name (c10's ScalarType names).
+DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+               "Byte": 1, "Bool": 1, "ComplexFloat": 8, "ComplexDouble": 16, "ComplexHalf": 4, "UInt16": 2,
+               "UInt32": 4, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1,
+               "Float8_e5m2fnuz": 1, "Float8_e8m0fnu": 1}
+
+
+def _collective_columns(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per kernel, what its collective's args say: the message size in bytes as nccl-tests counts it (the larger
+    of the input and output buffers: the whole gathered or scattered buffer; -1 where not known), the ranks of
+    its process group (0: not known) and the group's name ('' for other kernels)."""
+    elements = np.maximum(values["in_nelems"].astype(np.int64), values["out_nelems"].astype(np.int64))
+    size = pd.Series(values["dtype"], dtype=object).map(DTYPE_BYTES).fillna(0).to_numpy(dtype=np.int64)
+    known = (elements > 0) & (size > 0)
+    return {"comm_bytes": np.where(known, elements * size, -1),
+            "comm_ranks": values["group_size"].astype(np.int64),
+            "comm_group": values["group_name"].astype(object)}
 
 
 def _ranges(ops: _Part, notes: _Part, threads: _Threads, times, strings: _Strings  # type: ignore[no-untyped-def]

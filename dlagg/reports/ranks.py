@@ -28,11 +28,11 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..comm.collectives import UNCOVERED, operation
+from ..comm.collectives import UNCOVERED, algorithm, bus_bandwidth, operation
 from ..comm.match import KEY
 from ..expert.base import MEDIUM_SHARE, Finding, iteration_list, ms, pct, severity_of
 from .base import JOB, JobFigures, Report, report
-from .figures import COUNT, NS, Field, Table
+from .figures import BYTES, COUNT, NS, Field, Table
 
 RANK_FIELDS = (
     Field("rank", "Rank"),
@@ -77,6 +77,10 @@ COLLECTIVE_FIELDS = (
     Field("lateness_ns", "Lateness (ns)", NS),
     Field("stream", "Stream"),
     Field("operation", "Operation"),
+    Field("algorithm", "Algorithm"),
+    Field("bytes", "Size (B)", BYTES),
+    Field("bus_bandwidth_gbs", "Bus Bandwidth (GB/s)", digits=2),
+    Field("group", "Process Group"),
 )
 # A rank is the straggler when it arrives last at more than this share of the collectives...
 STRAGGLER_MIN_LAST = 0.5
@@ -181,9 +185,34 @@ def collective_table(job: JobFigures) -> pd.DataFrame:
         "arrived_last": order["last"].to_numpy(dtype=bool),
         "lateness_ns": order["lateness"].to_numpy(),
         "stream": order["stream"].to_numpy(),
-        "operation": [operation(n) for n in order["name"].to_numpy(dtype=object)],
+        **_message_figures(order, len(job.rank_numbers)),
     })
     return frame.sort_values(["iteration", "collective", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _message_figures(order: pd.DataFrame, ranks: int) -> dict[str, object]:
+    """Per collective row: the operation and NCCL's algorithm (from the kernel's name), the message size where the
+    profile says it, and the bus bandwidth (nccl-tests' definition) over the transfer time: the instance's shortest
+    duration on any rank (duration less wait), as the time the others spend waiting for the last to arrive moves
+    no data. No bandwidth for a collective not found on every rank (its wait is not known)."""
+    names, inverse = np.unique(order["name"].to_numpy(dtype=object).astype(str), return_inverse=True)
+    operations = np.array([operation(n) for n in names], dtype=object)[inverse]  # distinct kernel names
+    size = order["bytes"].to_numpy(dtype=np.int64) if "bytes" in order else np.full(len(order), -1, np.int64)
+    group_ranks = order["group_ranks"].to_numpy(dtype=np.int64) if "group_ranks" in order else np.zeros(len(order))
+    group_ranks = np.where(group_ranks > 0, group_ranks, ranks)
+    transfer = (order["duration"].to_numpy() - order["wait"].to_numpy()).astype(np.float64)
+    transfer[~order["matched"].to_numpy(dtype=bool)] = np.nan
+    bandwidth = np.full(len(order), np.nan)
+    for op in np.unique(operations.astype(str)):  # a few kinds of collective
+        at = operations == op
+        bandwidth[at] = bus_bandwidth(op, size[at], transfer[at], group_ranks[at])
+    return {
+        "operation": operations,
+        "algorithm": np.array([algorithm(n) for n in names], dtype=object)[inverse],
+        "bytes": pd.Series(pd.array(np.where(size >= 0, size, 0), dtype="Int64")).where(size >= 0).array,
+        "bus_bandwidth_gbs": bandwidth,
+        "group": order["group"].to_numpy(dtype=object) if "group" in order else np.full(len(order), "", object),
+    }
 
 
 @report("collectives", scope=JOB, only_with_ranks=True)
