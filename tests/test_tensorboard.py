@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from dlagg.writers.tensorboard_writer import (
 )
 
 from .conftest import recording
+from .dlprof_csv import read as read_csv
+from .test_ranks import nccl_kernels
 
 START, STOP = 3, 12  # resnet_amp has 15 iterations: some before and some after the aggregated range
 CLASSES = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
@@ -300,7 +303,7 @@ def test_custom_scalars_layout_charts_every_written_tag(amp: Path) -> None:
     for tag in main.scalars:
         assert any(re.match(pattern, tag) for pattern in patterns), tag
     titles = [c.title for c in main.layout.category]
-    assert titles[:2] == ["Iterations", "Where the iteration time goes (ms)"]
+    assert titles == ["Overview", "Operator", "Kernel"]  # PyTorch's profiler plugin's views; one rank: no Distributed
     assert main.layout.category[0].chart[0].title == "Iteration time (ms)"  # the most useful chart first
 
 
@@ -310,22 +313,30 @@ def test_many_ranks_layout_gives_each_rank_its_own_charts() -> None:
     lines a chart."""
     ranks = [0, 1, 2, 10, 11, 12]
     own = ["iteration/time_ms", "iteration/gpu_utilization_pct", "duration_ms/kernel", "duration_ms/cpu",
-           "op_type_gpu_ms/linear", "ranks/communication_wait_ms"]
+           "op_type_gpu_ms/linear", "iteration/kernel_count", "ranks/communication_wait_ms"]
     tags = [f"rank{r}/{t}" for r in ranks for t in [*own, f"op_type_gpu_ms/op{r}"]]
     layout = scalars_layout(tags)
     patterns = {c.title: [p for chart in c.chart for p in chart.multiline.tag] for c in layout.category}
-    assert list(patterns) == ["Ranks compared", *(f"Rank {r}" for r in ranks)]
+    views = ["Overview", "Operator", "Kernel", "Distributed"]
+    assert list(patterns) == [*views, *(f"Rank {r}" for r in ranks)]
+    assert [c.closed for c in layout.category] == [False, True, True, False, *(True for _ in ranks)]
     for r in ranks:
         matched = [[t for t in tags if re.match(p, t)] for p in patterns[f"Rank {r}"]]
         assert all(len(m) == 1 for m in matched), matched
         # a rank's own charts: its iteration figures, time classes and op types (the ranks/ figures are compared)
         assert sorted(m[0] for m in matched) == sorted(
             f"rank{r}/{t}" for t in [*own, f"op_type_gpu_ms/op{r}"] if not t.startswith("ranks/"))
-    compared = [[t for t in tags if re.match(p, t)] for p in patterns["Ranks compared"]]
-    for quantity in ("iteration/time_ms", "iteration/gpu_utilization_pct", "ranks/communication_wait_ms"):
-        lines = [m for m in compared if m and m[0].endswith(quantity)]
-        assert [len(m) for m in lines] == [5, 1]
-        assert sorted(t for m in lines for t in m) == sorted(f"rank{r}/{quantity}" for r in ranks)
+    for view, quantities in (("Overview", ("iteration/time_ms", "iteration/gpu_utilization_pct", "duration_ms/cpu")),
+                             ("Operator", ("op_type_gpu_ms/linear",)),
+                             ("Distributed", ("iteration/time_ms", "ranks/communication_wait_ms"))):
+        compared = [[t for t in tags if re.match(p, t)] for p in patterns[view]]
+        assert all(len({t.split("/", 1)[1] for t in m}) == 1 for m in compared)  # one quantity a chart
+        for quantity in quantities:
+            lines = [m for m in compared if m and m[0].endswith("/" + quantity)]
+            assert [len(m) for m in lines] == [5, 1], (view, quantity)
+            assert sorted(t for m in lines for t in m) == sorted(f"rank{r}/{quantity}" for r in ranks)
+    operator = [[t for t in tags if re.match(p, t)] for p in patterns["Operator"]]
+    assert [m for m in operator if m[0].endswith("/op_type_gpu_ms/op10")] == [["rank10/op_type_gpu_ms/op10"]]
 
 
 def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> None:
@@ -333,7 +344,9 @@ def test_only_kernel_requested_still_charts_every_iteration(tmp_path: Path) -> N
     main = read_run(tmp_path / "event_files" / "dlagg")
     assert set(main.scalars) >= SCALAR_TAGS
     assert list(main.scalars["iteration/time_ms"].index) == list(range(15))
-    assert {t.split("/page ")[0] for t in main.texts} == {"run/metadata", "kernel/Kernel Report"}
+    # the kernel report's own dashboard and its Kernel view; the summary's figures only when it is asked for
+    assert {t.split("/page ")[0] for t in main.texts} == {"run/metadata", "kernel/Kernel Report",
+                                                          "Kernel/Kernels by GPU time"}
 
 
 def test_tb_dir_and_profiles_side_by_side(tmp_path: Path) -> None:
@@ -518,7 +531,9 @@ def test_pieces_made_beforehand_are_shown_as_given(tmp_path) -> None:
                    dlagg_version="0", reports=("op_type", "kernel"))
     writer = WRITERS["tensorboard"]
     made = writer.piece(op_type)
-    assert made == {"op_type/Op Type Summary Report": "| Op Type | # Calls |\n|---|---:|\n| conv | 3 |\n| gemm | 1 |"}
+    table = "| Op Type | # Calls |\n|---|---:|\n| conv | 3 |\n| gemm | 1 |"
+    assert made == {"op_type/Op Type Summary Report": table,  # its own dashboard and its view in the plugin's Operator
+                    "Operator/Op types by GPU time": f"_From op\\_type/Op Type Summary Report._\n\n{table}"}
     writer.write([summary, op_type, kernel], tmp_path / "made", info)
     writer.write([summary, op_type, kernel], tmp_path / "given", info,
                  pieces={"op_type": {"op_type/Op Type Summary Report": "made beforehand"}})
@@ -527,7 +542,9 @@ def test_pieces_made_beforehand_are_shown_as_given(tmp_path) -> None:
     assert given["op_type/Op Type Summary Report"] == "made beforehand"
     kernel_text = "| Kernel Name | Calls |\n|---|---:|\n| sgemm | 7 |"
     assert given["kernel/Kernel Report"] == by_writer["kernel/Kernel Report"] == kernel_text
-    assert set(given) == set(by_writer) == {"run/metadata", "op_type/Op Type Summary Report", "kernel/Kernel Report"}
+    assert set(by_writer) == {"run/metadata", "op_type/Op Type Summary Report", "Operator/Op types by GPU time",
+                              "kernel/Kernel Report", "Kernel/Kernels by GPU time"}
+    assert set(given) == set(by_writer) - {"Operator/Op types by GPU time"}  # the piece given is all of op_type's
 
 
 def _op_type_series(summary: Report) -> pd.DataFrame:
@@ -567,3 +584,173 @@ def test_op_type_series_are_each_ranks_own(monkeypatch) -> None:
 
 def test_no_ops_no_op_type_series() -> None:
     assert _op_type_series(_summary(["conv"], [-1], [5], 0, 1)).columns.empty
+
+
+# --- The views of PyTorch's profiler plugin: Overview, Operator, Kernel, Distributed ---------------------------
+
+VIEWS = ["Overview", "Operator", "Kernel"]
+DDP = "ddp2_gpt_one_session"
+
+
+def csv_section(out: Path, file: str, title: str):
+    """A section of a CSV report, read by the tests' own DLProf-CSV reader (no dlagg code)."""
+    return read_csv(out / f"dlagg_{file}.csv")[title]
+
+
+def largest_first(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Rows by `column`, largest first, ties in the file's order."""
+    return frame.sort_values(column, ascending=False, kind="stable").reset_index(drop=True)
+
+
+def view_values(texts: dict[str, str], tag: str) -> dict[str, float]:
+    """A view's Name/Value dashboard as numbers."""
+    table = parse_md_table(texts[tag])
+    return {name: number(value) for name, value in zip(table["Name"], table["Value"], strict=True)}
+
+
+def assert_column(shown: pd.DataFrame, expected: pd.DataFrame, column: str, tol: float = 0.0) -> None:
+    """A dashboard column (text cells) equals a CSV column: numbers to `tol` (CSV and card both round to 0.1)."""
+    values = expected[column].tolist()
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        np.testing.assert_allclose([number(v) for v in shown[column]], values, atol=tol, rtol=0, err_msg=column)
+    else:
+        assert shown[column].tolist() == [str(v) for v in values], column
+
+
+def layout_charts(run: TbRun, tags: Iterable[str] | None = None) -> dict[str, dict[str, list[str]]]:
+    """Category -> chart title -> the written tags (`tags`, else the run's own) its pattern draws."""
+    written = list(run.scalars if tags is None else tags)
+    return {c.title: {chart.title: [t for t in written if re.match(chart.multiline.tag[0], t)]
+                      for chart in c.chart} for c in run.layout.category}
+
+
+def test_plugin_views_as_custom_scalars_categories_on_one_gpu(amp: Path) -> None:
+    main = read_run(amp / "event_files" / "dlagg")
+    charts = layout_charts(main)
+    assert list(charts) == VIEWS  # one GPU: no Distributed
+    overview = charts["Overview"]
+    assert list(overview)[0] == "Iteration time (ms)" and overview["Iteration time (ms)"] == ["iteration/time_ms"]
+    # the step time breakdown: a chart per class, their sums over the aggregated iterations the summary's Duration %
+    breakdown = {title: tags for title, tags in overview.items() if title.startswith("Step time breakdown (ms): ")}
+    assert sorted(t for tags in breakdown.values() for t in tags) == sorted(f"duration_ms/{c}" for c in CLASSES)
+    totals = csv_section(amp, "summary", "Summary Report").values()
+    wall_ms = totals["Wall Clock Time (ns)"] / 1e6
+    for name, label in DURATION_LABELS.items():
+        assert 100 * main.scalars[f"duration_ms/{name}"].sum() / wall_ms == pytest.approx(totals[label], abs=PCT_TOL)
+    # Operator: a chart per op type charted, the op_type report's top op types by GPU time
+    op_types = largest_first(csv_section(amp, "op_type", "Op Type Summary Report").frame(), "Total GPU Time (ns)")
+    assert sorted(t for tags in charts["Operator"].values() for t in tags) == sorted(
+        OP_TYPE + t for t in op_types["Op Type"].head(TOP_OP_TYPES))
+    assert list(charts["Operator"])[0] == f"GPU time (ms): {op_types['Op Type'].iloc[0]}"
+    assert charts["Kernel"] == {"Tensor Core Kernel Utilization %": ["iteration/tensor_core_kernel_utilization_pct"],
+                                "Kernels launched": ["iteration/kernel_count"]}
+
+
+def test_plugin_views_as_text_dashboards_on_one_gpu(amp: Path) -> None:
+    texts = read_run(amp / "event_files" / "dlagg").texts
+    assert {t.split("/")[0] for t in texts} >= set(VIEWS) and not any(t.startswith("Distributed/") for t in texts)
+    summary = csv_section(amp, "summary", "Summary Report").values()
+    # Overview: the summary's figures of the step time (its CSV's values, as rounded there)
+    overview = view_values(texts, "Overview/Step time breakdown")
+    assert list(overview) == ["Wall Clock Time (ns)", "GPU Utilization %", *DURATION_LABELS.values()]
+    for name, value in overview.items():
+        assert value == pytest.approx(summary[name], abs=PCT_TOL), name
+    iterations = view_values(texts, "Overview/Iterations")
+    expected = csv_section(amp, "summary", "Iterations").values()
+    assert iterations["Aggregated Iterations"] == STOP - START + 1
+    for name in ("Aggregated Iterations", "Start Iteration", "Stop Iteration", "Average Iteration Time (ns)",
+                 "Iteration Time Standard Deviation"):
+        assert iterations[name] == pytest.approx(expected[name], abs=0.05), name
+    (its,) = [t for t in report_json(amp, "summary")["tables"] if t["key"] == "iterations_summary"]
+    its = {f["title"]: v for f, v in zip(its["fields"], its["rows"][0], strict=True)}  # CPU-/GPU-side: JSON only
+    for name in ("Average CPU-Side Iteration Time (ns)", "Average GPU-Side Iteration Time (ns)"):
+        assert iterations[name] == pytest.approx(its[name], abs=0.05), name
+    # Operator: op types and ops, most GPU time first, every row
+    op_types = largest_first(csv_section(amp, "op_type", "Op Type Summary Report").frame(), "Total GPU Time (ns)")
+    shown = text_table(texts, "Operator/Op types by GPU time")
+    assert list(shown.columns) == ["Op Type", "# Calls", "Total GPU Time (ns)", "Total CPU Time (ns)",
+                                   "Total CPU Overhead (ns)", "Total GPU Idle (ns)", "# Ops"]
+    for column in shown.columns:
+        assert_column(shown, op_types, column)
+    ops = largest_first(csv_section(amp, "detailed", "All Iterations").frame(), "Total GPU Time (ns)")
+    shown = text_table(texts, "Operator/Ops by GPU time")
+    assert len(shown) == len(ops) > TEXT_PAGE_ROWS  # in pages
+    for column in ("Op Name", "Total GPU Time (ns)", "No. Calls", "Total CPU Time (ns)", "Direction", "Using TC"):
+        assert_column(shown, ops, column)
+    # Kernel: every kernel (and op) by GPU time, with mean, min and max; the Tensor Core share
+    kernels = largest_first(csv_section(amp, "kernel", "Kernel Report").frame(), "Total GPU Time (ns)")
+    shown = text_table(texts, "Kernel/Kernels by GPU time")
+    assert list(shown.columns) == ["Kernel Name", "Calls", "Total GPU Time (ns)", "Avg GPU Time (ns)",
+                                   "Min GPU Time (ns)", "Max GPU Time (ns)", "Uses TC", "Op Name", "Direction"]
+    assert len(shown) == len(kernels)
+    for column in shown.columns:
+        assert_column(shown, kernels, column, tol=0.05)
+    assert number(shown["Total GPU Time (ns)"].iloc[0]) == max(kernels["Total GPU Time (ns)"])
+    share = view_values(texts, "Kernel/Tensor Core share")
+    assert list(share) == ["Tensor Core Kernel Utilization %", "Tensor Core Kernel Duration %",
+                           "Non-Tensor Core Kernel Duration %"]
+    for name, value in share.items():
+        assert value == pytest.approx(summary[name], abs=PCT_TOL), name
+    assert 0 < share["Tensor Core Kernel Utilization %"] < 100  # AMP: Tensor Core GEMMs among other kernels
+    totals = text_table(texts, "Kernel/Kernel totals")
+    all_kernels = csv_section(amp, "summary", "All Kernels").frame()
+    for column in all_kernels.columns:
+        assert_column(totals.rename(columns={"": all_kernels.columns[0]}), all_kernels, column)
+    tensor = largest_first(csv_section(amp, "tensor_core", "Tensor Core Report").frame(), "Total GPU Time (ns)")
+    shown = text_table(texts, "Kernel/Tensor Core use of eligible ops by GPU time")
+    for column in ("Op Name", "Total GPU Time (ns)", "TC GPU Time (ns)", "TC Utilization (%)"):
+        assert_column(shown, tensor, column, tol=0.05)
+    # each view's page says where its figures are from
+    assert texts["Kernel/Kernels by GPU time/page 1 of 6"].startswith(
+        "_From kernel/Kernel Report, by Total GPU Time (ns), largest first._")
+
+
+@pytest.fixture(scope="module")
+def ddp(multi, tmp_path_factory) -> Path:
+    """The two-rank job (one database holding both ranks), every report, CSV."""
+    out = tmp_path_factory.mktemp("ddp")
+    (database,) = multi(DDP).glob("*.sqlite")
+    run(Options(nsys_database=str(database), reports=("all",), formats=("csv",), output_path=out, verbosity="quiet",
+                workers=1))
+    return out
+
+
+def test_distributed_view_with_two_ranks(ddp: Path, multi) -> None:
+    folder = ddp / "event_files" / "dlagg"
+    main = read_run(folder)  # the dashboards and the layout; each rank's scalars in its own run
+    scalars = {tag: values for rank in (0, 1) for tag, values in read_run(folder / f"rank{rank}").scalars.items()}
+    charts = layout_charts(main, scalars)
+    assert list(charts) == [*VIEWS, "Distributed", "Rank 0", "Rank 1"]
+    for view in (*VIEWS, "Distributed"):  # a chart per quantity, a line per rank
+        for title, tags in charts[view].items():
+            assert title.endswith(" per rank") and len({t.split("/", 1)[1] for t in tags}) == 1, title
+            assert sorted(t.split("/")[0] for t in tags) == ["rank0", "rank1"] or view == "Operator", title
+    quantities = {tags[0].split("/", 1)[1] for tags in charts["Distributed"].values()}
+    assert {"ranks/compute_kernel_ms", "ranks/communication_kernel_ms", "ranks/communication_wait_ms",
+            "ranks/gpu_idle_ms"} <= quantities
+    # per rank, the mean of each figure per aggregated iteration is the ranks report's
+    ranks = csv_section(ddp, "ranks", "Ranks Report").frame()
+    for tag, column in (("ranks/compute_kernel_ms", "Compute Kernel Time (ns)"),
+                        ("ranks/communication_kernel_ms", "Communication Kernel Time (ns)"),
+                        ("ranks/gpu_idle_ms", "GPU Idle Time (ns)")):
+        for rank, value in zip(ranks["Rank"], ranks[column], strict=True):
+            assert scalars[f"rank{rank}/{tag}"].mean() * 1e6 == pytest.approx(value, rel=1e-5, abs=1), tag
+    # the text dashboards: the ranks report's per-rank figures, the collectives by duration
+    shown = text_table(main.texts, "Distributed/Ranks")
+    assert list(shown.columns) == ["Rank", "Iterations", "Avg Iteration Time (ns)", "Compute Kernel Time (ns)",
+                                   "Communication Kernel Time (ns)", "Communication Wait Time (ns)",
+                                   "Exposed Communication Time (ns)", "GPU Idle Time (ns)", "Launch Lateness (ns)",
+                                   "Collectives", "Arrived Last"]
+    for column in shown.columns:
+        assert_column(shown, ranks, column, tol=0.05)
+    collectives = largest_first(csv_section(ddp, "collectives", "Collectives Report").frame(), "Duration (ns)")
+    shown = text_table(main.texts, "Distributed/Collectives by duration")
+    assert len(shown) == len(collectives) > TEXT_PAGE_ROWS
+    for column in ("Iteration", "Collective", "Operation", "Rank", "Duration (ns)", "Wait (ns)", "Arrived Last"):
+        assert_column(shown, collectives, column)
+    # every duration shown is an NCCL kernel's of that rank in the database
+    kernels = nccl_kernels(multi(DDP))
+    recorded = {(int(r), int(e - s)) for r, s, e in zip(kernels["rank"], kernels["start"], kernels["end"],
+                                                         strict=True)}
+    assert {(int(number(r)), int(number(d))) for r, d in zip(shown["Rank"], shown["Duration (ns)"],
+                                                             strict=True)} <= recorded

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,11 +144,27 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
     base, _ = served
     layout = get(base, "/data/plugin/custom_scalars/layout")
     titles = [c["title"] for c in layout["category"]]
-    assert titles == ["Iterations", "Where the iteration time goes (ms)",
-                      f"GPU time of the top {TOP_OP_TYPES} op types (ms)"]
+    assert titles == ["Overview", "Operator", "Kernel"]  # the views of PyTorch's profiler plugin (one GPU)
     assert layout["category"][0]["chart"][0]["title"] == "Iteration time (ms)"
+    drawn = chart_lines(base, layout)
+    charted = {tag for lines in drawn.values() for _, tag in lines}
+    tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
+    assert charted == set(tags)
+    classes = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
+    assert {tag for (view, _), lines in drawn.items() if view == "Overview" for _, tag in lines} == {
+        "iteration/time_ms", "iteration/cpu_side_time_ms", "iteration/gpu_side_time_ms",
+        "iteration/gpu_utilization_pct", *(f"duration_ms/{c}" for c in classes)}
+    operator = {tag for (view, _), lines in drawn.items() if view == "Operator" for _, tag in lines}
+    assert len(operator) == TOP_OP_TYPES and all(t.startswith("op_type_gpu_ms/") for t in operator)
+    assert {tag for (view, _), lines in drawn.items() if view == "Kernel" for _, tag in lines} == {
+        "iteration/tensor_core_kernel_utilization_pct", "iteration/kernel_count"}
+
+
+def chart_lines(base: str, layout: dict) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(category, chart title) -> the lines TensorBoard draws, (run, tag) each; checks that every chart draws
+    between one and MAX_LINES lines, one per run (TensorBoard tells lines apart by their run's colour)."""
     runs = get(base, "/data/runs")
-    charted = set()
+    drawn = {}
     for category in layout["category"]:
         for chart in category["chart"]:
             (pattern,) = chart["multiline"]["tag"]
@@ -158,12 +175,60 @@ def test_custom_scalars_layout_over_http(served: tuple[str, Path]) -> None:
                 lines += [(name, tag) for tag, events in data["tag_to_events"].items() if events]
             assert 0 < len(lines) <= MAX_LINES, chart["title"]
             assert len({name for name, _ in lines}) == len(lines), chart["title"]  # colour = run: one line per run
-            charted |= {tag for _, tag in lines}
-    tags = get(base, "/data/plugin/scalars/tags")["dlagg"]
-    assert charted == set(tags)
-    classes = ("tc_kernel", "kernel", "memory", "dataloader", "io", "cpu", "other")
-    assert {f"duration_ms/{c}" for c in classes} <= charted
-    assert len([t for t in charted if t.startswith("op_type_gpu_ms/")]) == TOP_OP_TYPES
+            drawn[category["title"], chart["title"]] = lines
+    return drawn
+
+
+def test_plugin_views_text_over_http(served: tuple[str, Path]) -> None:
+    base, out = served
+    tags = set(get(base, "/data/plugin/text/tags")["dlagg"])
+    assert {"Overview/Step time breakdown", "Overview/Iterations", "Operator/Op types by GPU time",
+            "Kernel/Tensor Core share", "Kernel/Kernel totals", "Kernel/Kernels by GPU time/page 1 of 6",
+            "Operator/Ops by GPU time/page 1 of 6"} <= tags
+    assert not any(t.startswith("Distributed/") for t in tags)  # one GPU
+    (kernels,) = get(base, "/data/plugin/text/text", run="dlagg", tag="Kernel/Kernels by GPU time/page 1 of 6")
+    totals = column(out, "kernel", "kernels", "gpu_time_total_ns")
+    names = column(out, "kernel", "kernels", "kernel_name")
+    first, second = sorted(range(len(totals)), key=lambda k: -totals[k])[:2]  # most GPU time first
+    text = kernels["text"]
+    assert text.index(f"<td>{totals[first]:,}</td>") < text.index(f"<td>{totals[second]:,}</td>")
+    cell = re.search(r"<td>(.*?)</td>", text).group(1)  # the first row's kernel (a long name cut, whole under it)
+    assert cell == names[first] or (cell.endswith("…[1]") and names[first].startswith(cell[:-4])), cell
+    (share,) = get(base, "/data/plugin/text/text", run="dlagg", tag="Kernel/Tensor Core share")
+    (util,) = column(out, "summary", "summary", "tc_kernel_utilization_pct")
+    assert "<td>Tensor Core Kernel Utilization %</td>" in share["text"] and f"<td>{util:.1f}</td>" in share["text"]
+
+
+@pytest.fixture(scope="module")
+def served_ranks(multi, tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    out = tmp_path_factory.mktemp("served_ranks")
+    (database,) = multi("ddp2_gpt_one_session").glob("*.sqlite")
+    run(Options(nsys_database=str(database), reports=("all",), formats=("json",), output_path=out, verbosity="quiet",
+                workers=1))
+    with tensorboard(out / "event_files", out / "tensorboard.log", {"dlagg/rank0", "dlagg/rank1"}) as base:
+        yield base, out
+
+
+def test_distributed_view_over_http(served_ranks: tuple[str, Path]) -> None:
+    base, out = served_ranks
+    layout = get(base, "/data/plugin/custom_scalars/layout")
+    assert [c["title"] for c in layout["category"]] == ["Overview", "Operator", "Kernel", "Distributed", "Rank 0",
+                                                        "Rank 1"]
+    drawn = chart_lines(base, layout)
+    for (view, title), lines in drawn.items():
+        if view in ("Overview", "Kernel", "Distributed"):  # a line per rank, each its rank's run
+            assert sorted(lines) == [("dlagg/rank0", f"rank0/{lines[0][1].split('/', 1)[1]}"),
+                                     ("dlagg/rank1", f"rank1/{lines[0][1].split('/', 1)[1]}")], title
+    distributed = {tag.split("/", 1)[1] for (view, _), lines in drawn.items() if view == "Distributed"
+                   for _, tag in lines}
+    assert {"ranks/compute_kernel_ms", "ranks/communication_kernel_ms", "ranks/communication_wait_ms",
+            "ranks/gpu_idle_ms"} <= distributed
+    tags = set(get(base, "/data/plugin/text/tags")["dlagg"])
+    assert {"Distributed/Ranks", "Distributed/Collectives by duration/page 1 of 3"} <= tags
+    (ranks,) = get(base, "/data/plugin/text/text", run="dlagg", tag="Distributed/Ranks")
+    for field in ("compute_kernel_ns", "comm_kernel_ns", "comm_wait_ns", "gpu_idle_ns"):
+        for value in column(out, "ranks", "ranks", field):
+            assert f"<td>{value:,.1f}</td>" in ranks["text"], field
 
 
 def test_roofline_images_over_http(served: tuple[str, Path]) -> None:

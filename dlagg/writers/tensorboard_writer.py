@@ -28,13 +28,16 @@ Each percentage is the summary's figure of the same name, for one iteration (one
 figure): GPU Utilization % and Tensor Core Kernel Utilization % (TC share of the kernel time of
 Tensor-Core-eligible ops); the summary's Tensor Core Kernel Duration % is duration_ms/tc_kernel.
 Text tags (one Markdown text per tag): run/metadata, run/warnings, <report>/<section title>, and
-``<report>/<section title>/page 01 of 12`` for tables of more than TEXT_PAGE_ROWS rows.
+``<report>/<section title>/page 01 of 12`` for tables of more than TEXT_PAGE_ROWS rows; and the reports'
+figures in the views of PyTorch's retired profiler plugin, ``<view>/<title>`` (Overview, Operator, Kernel,
+Distributed: VIEW_TABLES), whose names the custom-scalars categories have too.
 Image tags (the PNGs a report draws, as TensorBoard's image summaries): <report>/<image key>, e.g.
 roofline/kernels and roofline/op_types. Without the summary (an ncu report alone, no nsys export)
 the run holds only these and the text dashboards.
 
 The custom-scalars layout charts one quantity per chart (`scalars_layout`): TensorBoard tells a
-chart's lines apart by colour only when they come from different runs.
+chart's lines apart by colour only when they come from different runs. Its categories are the plugin's
+views: Overview, Operator, Kernel, and Distributed with several ranks.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run (the pipeline stages
@@ -52,6 +55,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -251,10 +255,10 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype)
 
 
-def _shown_fields(table: Table) -> list[Field]:
-    """The CSV columns a card shows: not the too-wide ones, not those empty in every row."""
+def _shown_fields(table: Table, skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS) -> list[Field]:
+    """The CSV columns a card shows: not the too-wide ones (titles `skip` matches), not those empty in every row."""
     frame = table.frame
-    return [f for f in table.csv_fields() if not TEXT_SKIP_COLUMNS.fullmatch(f.title)
+    return [f for f in table.csv_fields() if not (skip is not None and skip.fullmatch(f.title))
             and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
 
 
@@ -355,11 +359,12 @@ def why_empty(report: Report) -> str:
     return f"_No rows: {md_escape(reason)}._"
 
 
-def table_markdown(table: Table, report: Report | None = None) -> list[str]:
+def table_markdown(table: Table, report: Report | None = None,
+                   skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS) -> list[str]:
     """A figure table as Markdown pages of at most TEXT_PAGE_ROWS rows (every row), without the columns
-    a card cannot show; long texts are cut, their whole text listed under the table; a table too wide
-    for a card is shown in column groups, its first column in each; a table of sentences (the expert
-    findings) as numbered blocks of lines."""
+    a card cannot show (those whose titles `skip` matches); long texts are cut, their whole text listed
+    under the table; a table too wide for a card is shown in column groups, its first column in each; a
+    table of sentences (the expert findings) as numbered blocks of lines."""
     if table.key_value:
         values = table.values
         cells = [[md_escape(f.title), MARKDOWN.value(values[f.key], f.digits)] for f in table.csv_fields()]
@@ -367,7 +372,7 @@ def table_markdown(table: Table, report: Report | None = None) -> list[str]:
     frame = table.frame
     if frame.empty:
         return [why_empty(report) if report is not None else "_No rows._"]
-    fields = _shown_fields(table)
+    fields = _shown_fields(table, skip)
     if not fields:
         return ["_No column of this table has a value; see the CSV/JSON report._"]
     numeric = [_numeric(frame[f.key]) for f in fields]
@@ -431,41 +436,137 @@ def report_texts(report: Report) -> dict[str, str]:
             "(kernels launched, Tensor Core share); the rows are in the CSV/JSON report._")}
     texts = {}
     for table in report.tables:
-        if not (table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES):
-            continue
-        pages = table_markdown(table, report)
-        digits = len(str(len(pages)))
-        for k, page in enumerate(pages):  # pages of one table
-            suffix = f"/page {k + 1:0{digits}d} of {len(pages)}" if len(pages) > 1 else ""
-            texts[f"{report.name}/{table.title}{suffix}"] = page
+        if table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES:
+            texts.update(paged(f"{report.name}/{table.title}", table_markdown(table, report)))
     return texts
+
+
+def paged(tag: str, pages: Sequence[str]) -> dict[str, str]:
+    """A table's pages as text tags: `tag` for one page, ``<tag>/page 01 of 12`` for several."""
+    digits = len(str(len(pages)))
+    return {f"{tag}/page {k + 1:0{digits}d} of {len(pages)}" if len(pages) > 1 else tag: page
+            for k, page in enumerate(pages)}
+
+
+# --- The views of PyTorch's profiler plugin ------------------------------------------------------
+
+# torch-tb-profiler (retired in 2026) showed a profile in views; dlagg's dashboards of the same names hold the
+# reports' figures that answer the same questions: custom-scalars categories (`scalars_layout`) and text tags
+# "<view>/<title>" (VIEW_TABLES). Distributed only with several ranks (its reports exist only then).
+OVERVIEW, OPERATOR, KERNEL, DISTRIBUTED = "Overview", "Operator", "Kernel", "Distributed"
+
+
+@dataclass(frozen=True)
+class ViewTable:
+    """A view's text dashboard ``<view>/<title>``: some figures of a report's table (`fields`: keys, in the order
+    shown, each shown; none: the columns the table's own card shows), its rows by the figure `order`, largest
+    first."""
+
+    view: str
+    title: str
+    report: str
+    table: str
+    fields: tuple[str, ...] = ()
+    order: str | None = None
+
+
+OP_FIGURES = ("gpu_time_total_ns", "cpu_time_total_ns", "cpu_overhead_total_ns", "gpu_idle_total_ns")
+VIEW_TABLES = (
+    ViewTable(OVERVIEW, "Step time breakdown", "summary", "summary",
+              ("wall_clock_ns", "gpu_utilization_pct", *(f"{name}_duration_pct" for name in PARTITION))),
+    ViewTable(OVERVIEW, "Iterations", "summary", "iterations_summary",
+              ("aggregated_iterations", "start_iteration", "stop_iteration", "iteration_time_avg_ns",
+               "iteration_time_std_ns", "cpu_iteration_time_avg_ns", "gpu_iteration_time_avg_ns")),
+    ViewTable(OPERATOR, "Op types by GPU time", "op_type", "op_types", ("op_type", "calls", *OP_FIGURES, "ops"),
+              order="gpu_time_total_ns"),
+    ViewTable(OPERATOR, "Ops by GPU time", "detail", "ops",
+              ("op_name", "calls", *OP_FIGURES, "direction", "op_type", "tc_eligible", "using_tc", "data_type"),
+              order="gpu_time_total_ns"),
+    # the plugin's kernel table has each kernel's mean, min and max duration (its card: column groups if need be)
+    ViewTable(KERNEL, "Kernels by GPU time", "kernel", "kernels",
+              ("kernel_name", "calls", "gpu_time_total_ns", "gpu_time_avg_ns", "gpu_time_min_ns", "gpu_time_max_ns",
+               "uses_tc", "op_name", "direction"), order="gpu_time_total_ns"),
+    ViewTable(KERNEL, "Tensor Core share", "summary", "summary",
+              ("tc_kernel_utilization_pct", "tc_kernel_duration_pct", "kernel_duration_pct")),
+    ViewTable(KERNEL, "Kernel totals", "summary", "all_kernels"),
+    ViewTable(KERNEL, "Tensor Core use of eligible ops by GPU time", "tensor", "ops",
+              ("op_name", "kernel_time_ns", "tc_kernel_time_ns", "non_tc_kernel_time_ns", "tc_utilization_pct",
+               "op_type", "direction"), order="kernel_time_ns"),
+    ViewTable(DISTRIBUTED, "Ranks", "ranks", "ranks",
+              ("rank", "iterations", "iteration_time_ns", "compute_kernel_ns", "comm_kernel_ns", "comm_wait_ns",
+               "exposed_comm_ns", "gpu_idle_ns", "launch_lateness_ns", "collectives", "arrived_last")),
+    ViewTable(DISTRIBUTED, "Collectives by duration", "collectives", "collectives",
+              ("iteration", "collective", "operation", "rank", "duration_ns", "wait_ns", "lateness_ns",
+               "arrived_last", "algorithm", "bytes", "bus_bandwidth_gbs"), order="duration_ns"),
+)
+
+
+def view_table(table: Table, view: ViewTable) -> Table:
+    """The figures of `table` a view shows (those of `view.fields` the table has, each shown even where its CSV
+    leaves it out), its rows ordered by `view.order`, largest first (ties in the report's order)."""
+    have = {f.key: f for f in table.fields}
+    fields = tuple(replace(have[k], csv=True) for k in view.fields if k in have) or table.fields
+    frame = table.frame
+    if view.order in have and len(frame) > 1:
+        frame = frame.sort_values(view.order, ascending=False, kind="stable", na_position="last")
+    return Table(table.key, table.title, fields, frame[[f.key for f in fields]].reset_index(drop=True),
+                 table.key_value, table.csv)
+
+
+def view_texts(report: Report) -> dict[str, str]:
+    """`report`'s text dashboards in the plugin's views (VIEW_TABLES), tag -> Markdown: each page says which of the
+    report's dashboards the figures are from."""
+    texts = {}
+    tables = {t.key: t for t in report.tables}
+    for view in VIEW_TABLES:  # a dozen
+        if view.report != report.name or view.table not in tables:
+            continue
+        table = tables[view.table]
+        shown = view_table(table, view)
+        order = f", by {table.field(view.order).title}, largest first" if view.order in {f.key for f in table.fields} \
+            else ""
+        note = f"_{md_escape(f'From {report.name}/{table.title}{order}.')}_\n\n"
+        pages = table_markdown(shown, report, None if view.fields else TEXT_SKIP_COLUMNS)
+        texts.update(paged(f"{view.view}/{view.title}", [note + page for page in pages]))
+    return texts
+
+
+def report_pieces(report: Report) -> dict[str, str]:
+    """Every text dashboard made of `report` alone, tag -> Markdown: its own (`report_texts`), then its tables in
+    the views of PyTorch's profiler plugin (`view_texts`)."""
+    return {**report_texts(report), **view_texts(report)}
 
 
 def text_dashboards(reports: Sequence[Report], info: RunInfo,
                     given: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
     """Text tag -> Markdown, in display order: the run's metadata and warnings, then each report's
-    (`report_texts`; those in `given`, report name -> its texts, as given)."""
+    (`report_pieces`; those in `given`, report name -> its texts, as given)."""
     texts = {"run/metadata": metadata_markdown(info, reports)}
     warnings = one_per_cause(w for r in reports for w in r.warnings)
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:
-        texts.update(given[report.name] if given and report.name in given else report_texts(report))
+        texts.update(given[report.name] if given and report.name in given else report_pieces(report))
     return texts
 
 
 # --- Layout and event files ---------------------------------------------------------------------
 
 
-# Single-tag charts in display order (the most useful first); lines are the runs that hold the tag.
-ITERATION_CHARTS = {
+# Single-tag charts of each view in display order (the most useful first); lines are the runs that hold the tag.
+# Overview: the plugin's step time breakdown, a chart per class (the seven sum to the iteration time).
+OVERVIEW_CHARTS = {
     "iteration/time_ms": "Iteration time (ms)",
     "iteration/cpu_side_time_ms": "CPU-side iteration time (ms)",
     "iteration/gpu_side_time_ms": "GPU-side iteration time (ms)",
     "iteration/gpu_utilization_pct": "GPU Utilization %",
+    **{f"duration_ms/{name}": f"Step time breakdown (ms): {title}" for name, title in DURATION_TITLES.items()},
+}
+KERNEL_CHARTS = {
     "iteration/tensor_core_kernel_utilization_pct": "Tensor Core Kernel Utilization %",
     "iteration/kernel_count": "Kernels launched",
 }
+# Distributed: the ranks report's figures per iteration, with the iteration time they are parts of.
 RANK_CHARTS = {
     "iteration/time_ms": "Iteration time (ms)",
     "ranks/communication_wait_ms": "Communication wait (ms)",
@@ -488,32 +589,39 @@ def _chart(title: str, pattern: str):  # -> layout_pb2.Chart
     return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=[pattern]))
 
 
-def _profile_charts(tags: Sequence[str], prefix: str = "") -> list[tuple[str, list]]:
-    """(category title, charts) of one rank's (or the only rank's) tags, each chart one tag."""
+def _view_charts(tags: Sequence[str], prefix: str = "") -> list[tuple[str, dict[str, str]]]:
+    """(view, {tag: chart title}) of one rank's tags (or the only rank's; tags without `prefix`), in the views'
+    order: Overview, Operator (a chart per op type), Kernel; the tags written only."""
     present = set(tags)
-
-    def charts(titles: dict[str, str]) -> list:
-        return [_chart(title, f"^{re.escape(prefix + tag)}$") for tag, title in titles.items()
-                if prefix + tag in present]
-
-    classes = {f"duration_ms/{name}": title[0].upper() + title[1:] for name, title in DURATION_TITLES.items()}
-    op_types = {t[len(prefix):]: t[len(prefix) + len(OP_TYPE_PREFIX):] for t in tags
+    op_types = {t[len(prefix):]: f"GPU time (ms): {t[len(prefix) + len(OP_TYPE_PREFIX):]}" for t in tags
                 if t.startswith(prefix + OP_TYPE_PREFIX)}
-    return [("Iterations", charts(ITERATION_CHARTS)),
-            ("Where the iteration time goes (ms)", charts(classes)),
-            (f"GPU time of the top {TOP_OP_TYPES} op types (ms)", charts(op_types))]
+    return [(view, {tag: title for tag, title in titles.items() if prefix + tag in present})
+            for view, titles in ((OVERVIEW, OVERVIEW_CHARTS), (OPERATOR, op_types), (KERNEL, KERNEL_CHARTS))]
+
+
+def _compared(titles: Mapping[str, str], ranks: Sequence[int], present: set[str], per_chart: int) -> list:
+    """Charts of each quantity (tag: title) with a line per rank that has it, `per_chart` ranks a chart."""
+    charts = []
+    for tag, title in titles.items():  # quantities, then groups of ranks
+        having = [r for r in ranks if f"rank{r}/{tag}" in present]
+        for k in range(0, len(having), per_chart):
+            group = having[k:k + per_chart]
+            which = "" if len(group) == len(having) else (f", rank {group[0]}" if len(group) == 1 else
+                                                          f", ranks {group[0]}-{group[-1]}")
+            charts.append(_chart(f"{title} per rank{which}", rf"^rank({'|'.join(map(str, group))})/{re.escape(tag)}$"))
+    return charts
 
 
 def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb2.Layout (imported lazily)
     """Custom-scalars layout: one quantity per chart (its lines: the runs, told apart by colour), the
-    charts of the tags written only.
+    charts of the tags written only, in categories named after the views of PyTorch's profiler plugin.
 
-    One rank: categories Iterations (iteration time first), Where the iteration time goes (a chart
-    per class), op types (a chart per op type): the same titles for every profile, so that
-    TensorBoard merges the layouts of profiles side by side. Several ranks (tags ``rank<N>/...``):
-    first Ranks compared, each chart the same quantity for up to MAX_LINES lines (`runs_per_rank`
-    runs per rank: with its iterations outside the aggregated range), then a category per rank
-    (closed but the first) with that rank's charts.
+    One rank: Overview (iteration time first, then a chart per class of the step time breakdown),
+    Operator (a chart per op type), Kernel (Tensor Core share, kernels launched): the same titles for
+    every profile, so that TensorBoard merges the layouts of profiles side by side. Several ranks (tags
+    ``rank<N>/...``): the same views with a line per rank, up to MAX_LINES lines a chart (`runs_per_rank`
+    runs per rank: with its iterations outside the aggregated range), and Distributed (the ranks report's
+    figures); then a category per rank (closed) with that rank's charts.
     """
     from tensorboard.plugins.custom_scalar import layout_pb2
 
@@ -522,24 +630,24 @@ def scalars_layout(tags: Sequence[str], runs_per_rank: int = 1):  # -> layout_pb
         if m := RANK_PREFIX.match(t):
             of_rank.setdefault(int(m.group(1)), []).append(t)
     if not of_rank:
-        return layout_pb2.Layout(category=[layout_pb2.Category(title=title, chart=charts)
-                                           for title, charts in _profile_charts(tags) if charts])
+        return layout_pb2.Layout(category=[layout_pb2.Category(
+            title=view, chart=[_chart(title, f"^{re.escape(tag)}$") for tag, title in titles.items()])
+            for view, titles in _view_charts(tags) if titles])
     ranks = sorted(of_rank)
     present = set(tags)
     per_chart = max(1, MAX_LINES // max(runs_per_rank, 1))
-    compared = []
-    for tag, title in RANK_CHARTS.items():  # quantities, then groups of ranks
-        having = [r for r in ranks if f"rank{r}/{tag}" in present]
-        for k in range(0, len(having), per_chart):
-            group = having[k:k + per_chart]
-            which = "" if len(group) == len(having) else (f", rank {group[0]}" if len(group) == 1 else
-                                                          f", ranks {group[0]}-{group[-1]}")
-            compared.append(_chart(f"{title} per rank{which}",
-                                   rf"^rank({'|'.join(map(str, group))})/{re.escape(tag)}$"))
-    categories = [layout_pb2.Category(title="Ranks compared", chart=compared)]
-    for k, rank in enumerate(ranks):  # ranks, not events
-        charts = [c for _, part in _profile_charts(of_rank[rank], f"rank{rank}/") for c in part]
-        categories.append(layout_pb2.Category(title=f"Rank {rank}", chart=charts, closed=k > 0))
+    own = {rank: _view_charts(of_rank[rank], f"rank{rank}/") for rank in ranks}
+    views: dict[str, dict[str, str]] = {}  # view -> the charts of every rank's tags (tag: title)
+    for rank in ranks:  # ranks, not events
+        for view, titles in own[rank]:
+            views.setdefault(view, {}).update(titles)
+    views[DISTRIBUTED] = RANK_CHARTS
+    categories = [layout_pb2.Category(title=view, chart=charts, closed=view in (OPERATOR, KERNEL))
+                  for view, titles in views.items() if (charts := _compared(titles, ranks, present, per_chart))]
+    for rank in ranks:  # ranks, not events
+        charts = [_chart(title, f"^{re.escape(f'rank{rank}/{tag}')}$")
+                  for _, titles in own[rank] for tag, title in titles.items()]
+        categories.append(layout_pb2.Category(title=f"Rank {rank}", chart=charts, closed=True))
     return layout_pb2.Layout(category=categories)
 
 
@@ -650,8 +758,9 @@ class TensorboardWriter:
         return [out_dir / profile_name]
 
     def piece(self, report: Report) -> dict[str, str]:
-        """What `write` shows of `report` alone, made beforehand (see writers/base.py): its text dashboards."""
-        return report_texts(report)
+        """What `write` shows of `report` alone, made beforehand (see writers/base.py): its text dashboards, its
+        own and its tables in the plugin's views."""
+        return report_pieces(report)
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
               pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
