@@ -20,6 +20,7 @@ import glob
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ GPU_TABLES = (schema.KERNELS, schema.MEMCPY, schema.MEMSET)
 PID_SHIFT, PID_BITS = 24, 0xFFFFFF
 # The names a folder's PyTorch profiler traces may have (tensorboard_trace_handler: <worker>.<ts>.pt.trace.json.gz).
 TRACE_SUFFIXES = (".json", ".gz")
+# Traces one of which begins this long after another has ended are of different runs (docs/kineto.md).
+RUN_GAP_NS = 10 * 10**9
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,7 @@ class _File:
     size: int  # bytes
     format: str = SQLITE
     world_size: int | None = None  # a trace's distributedInfo
+    span: tuple[int, int] | None = None  # a trace's (first, last) event time on the epoch clock, ns
 
 
 def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -209,15 +213,16 @@ def _probe_trace(path: Path) -> _File:
     info = head.distributed
     rank = (info.rank,) if info is not None and info.rank is not None else ()
     return _File(path, ((0, ()),), 1, "", rank, path.stat().st_size, TRACE,
-                 info.world_size if info is not None else None)
+                 info.world_size if info is not None else None, head.span)
 
 
 def _check_traces(files: list[_File]) -> tuple[str, ...]:
-    """Refuse a job of traces that cannot be one run's ranks; notes on ranks missing."""
+    """Refuse a job of traces that cannot be one run's ranks; notes on ranks missing (also of a single trace: one
+    rank of a larger run)."""
     if len({f.format for f in files}) > 1:
         raise InputError(f"{files[0].path.parent}: the job mixes nsys exports and PyTorch profiler traces; pass the "
                          "files of one recording")
-    if files[0].format != TRACE or len(files) < 2:
+    if files[0].format != TRACE:
         return ()
     seen: dict[int, Path] = {}
     for f in files:
@@ -226,12 +231,15 @@ def _check_traces(files: list[_File]) -> tuple[str, ...]:
                 raise InputError(f"{f.path}: a second trace for rank {rank} (also {seen[rank].name}); pass one trace "
                                  "per rank (a folder of one run's traces)")
             seen[rank] = f.path
-    worlds = {f.world_size for f in files if f.world_size is not None}
+    worlds = {f.world_size: f.path for f in reversed(files) if f.world_size is not None}  # size -> its first file
     if len(worlds) > 1:
-        raise InputError(f"{files[0].path.parent}: the traces come from runs of different world sizes "
-                         f"({', '.join(map(str, sorted(worlds)))}); pass the traces of one run")
+        (first, path), (size, other) = sorted(worlds.items(), key=lambda item: _natural(item[1]))[:2]
+        raise InputError(f"{other}: a trace of a world of {size} ranks, {path.name} of {first}: the traces come from "
+                         f"runs of different world sizes ({', '.join(map(str, sorted(worlds)))}); pass the traces of "
+                         "one run")
+    _check_one_time(files)
     if worlds and seen:
-        world = worlds.pop()
+        world = next(iter(worlds))
         beyond = sorted(r for r in seen if r >= world)
         if beyond:
             raise InputError(f"{seen[beyond[0]]}: rank {beyond[0]} of a world of {world}; pass the traces of one run")
@@ -239,8 +247,28 @@ def _check_traces(files: list[_File]) -> tuple[str, ...]:
         if missing:
             listed = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
             return (f"the run had {world} ranks; no trace for rank{'s' if len(missing) > 1 else ''} {listed}: the "
-                    "ranks report covers those given",)
+                    "reports cover the ranks given",)
     return ()
+
+
+def _utc(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _check_one_time(files: list[_File]) -> None:
+    """Refuse traces recorded at different times: the ranks of one run are profiled together (their windows begin at
+    the same step), so their spans overlap; one that begins more than RUN_GAP_NS after another has ended (more than
+    clocks of synchronised hosts differ, or than the probe's estimate of a span misses) is of another run."""
+    spans = [(f.path, f.span) for f in files if f.span is not None]
+    if len(spans) < 2:
+        return
+    late_path, late = max(spans, key=lambda item: item[1][0])  # type: ignore[index]
+    early_path, early = min(spans, key=lambda item: item[1][1])  # type: ignore[index]
+    gap = late[0] - early[1]
+    if gap > RUN_GAP_NS:
+        raise InputError(f"{late_path}: profiled from {_utc(late[0])}, {gap / 1e9:,.0f} s after {early_path.name} "
+                         f"ended ({_utc(early[1])}): the traces do not overlap in time, so they are not the ranks of "
+                         "one run; pass the traces of one run")
 
 
 def _env_ranks(db: Database) -> tuple[int, ...]:

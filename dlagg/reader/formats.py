@@ -40,6 +40,12 @@ def _read_sqlite(path: Path, process: int | None, threads: int | None) -> Profil
         db.close()
 
 
+def _gzipped(path: Path) -> bool:
+    """Whether the file is gzip (its first bytes, as `sniffed` gunzipped them, are not the file's own)."""
+    with path.open("rb") as handle:
+        return handle.read(2) == kineto.GZIP_MAGIC
+
+
 def _is_trace(head: bytes) -> bool:
     return kineto.is_trace(head) and any(key in head for key in TRACE_KEYS)
 
@@ -71,6 +77,9 @@ def format_of(path: Path) -> Format:
     """The format of the file at `path`, checked; one line saying what to pass when dlagg reads no such file."""
     check_file(path)
     found, head = sniffed(path)
+    if found is not None and found.name == SQLITE and _gzipped(path):
+        raise InputError(f"{path}: is a gzip-compressed SQLite database, which dlagg cannot open in place; gunzip it "
+                         f"first (gunzip -k {path.name}) and pass the .sqlite file")
     if found is not None:
         found.check(path)
         return found

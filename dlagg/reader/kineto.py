@@ -489,6 +489,9 @@ def read_kineto(path: str | Path) -> Profile:
     ops, notes, calls = cols.joined(CPU_OP), cols.joined(ANNOTATION), cols.joined(RUNTIME)
     gpu = {kind: cols.joined(kind) for kind in (KERNEL, MEMCPY, MEMSET, SYNC)}
     if not any(len(p.start) for p in (ops, notes, calls, *gpu.values())):
+        if cols.no_duration:
+            raise InputError(f"{path}: none of the trace's {cols.no_duration:,} events has a usable time and duration "
+                             "(ts, dur); pass the trace torch.profiler wrote, unchanged")
         raise InputError(f"{path}: the trace holds no profiler events (its traceEvents list is empty or has no "
                          "complete events); record at least one active step (torch.profiler's schedule)")
     origin = cols.origin if np.isfinite(cols.origin) else 0.0
@@ -667,23 +670,60 @@ def _head_warnings(path: Path, head: _Head, cols: _Columns) -> list[str]:
 
 @dataclass(frozen=True)
 class TraceHead:
-    """What a folder of ranks needs to know of one trace, from its first bytes."""
+    """What a folder of ranks needs to know of one trace, from its first and last bytes."""
 
     distributed: Distributed | None
     trace_id: str
+    # (first, last) event time on the epoch clock, ns: an estimate within the recording (`_span`); None when the
+    # trace's ends hold no event time
+    span: tuple[int, int] | None = None
+
+
+# The keys the profiler writes before its events (any of them there: the head is the keys before the events).
+_HEAD_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "trace_id")
+# Bytes at the end of the text read for the last events' times (the profiler ends its trace with its own span and
+# the "Record Window End" instant, at the window's end).
+TAIL_BYTES = 64 << 10
+_TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
+
+
+def _ends(path: Path) -> tuple[bytes, bytes]:
+    """The first HEAD_BYTES and the last TAIL_BYTES of the file's text: a plain file's read at once, a gzip file's
+    streamed through (only the two ends are kept)."""
+    with path.open("rb") as handle:
+        gz = handle.read(2) == GZIP_MAGIC
+    if not gz:
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+            handle.seek(max(handle.seek(0, 2) - TAIL_BYTES, 0))
+            return head, handle.read()
+    head, tail = b"", b""
+    for piece in _opened(path):
+        if len(head) < HEAD_BYTES:
+            head += piece[:HEAD_BYTES - len(head)]
+        tail = (tail + piece)[-TAIL_BYTES:]
+    return head, tail
+
+
+def _span(head: bytes, tail: bytes, events_at: int, base: int) -> tuple[int, int] | None:
+    """(first, last) event time on the epoch clock (ns) as the trace's ends show it: the first event's time and the
+    tail's times (the profiler's own span starts at the window's start, its last instant at the window's end). Both
+    lie within the recording: traces whose spans are apart were recorded apart."""
+    first = _TS.search(head, events_at)
+    times = [float(m) for m in _TS.findall(tail)] + ([float(first[1])] if first else [])
+    if not times:
+        return None
+    return base + round(min(times) * 1000), base + round(max(times) * 1000)
 
 
 def probe_kineto(path: Path) -> TraceHead:
-    """The trace's ``distributedInfo`` and id, from the keys before its events (from the whole text when the
-    events come first)."""
-    text = b""
-    for piece in _opened(path):
-        text += piece
-        if len(text) >= HEAD_BYTES:
-            break
+    """The trace's ``distributedInfo``, id and time span, from the keys before its events (from the whole text when
+    they hold none of the keys the profiler writes there: another writer's order, the events first) and from the
+    times of its first and last events."""
+    text, tail = _ends(path)
     found = _EVENTS_KEY.search(text, 0, HEAD_BYTES)
     head = None
-    if found is not None:
+    if found is not None and any(f'"{key}"'.encode() in text[:found.start()] for key in _HEAD_KEYS):
         try:
             head = _HEAD.decode(text[:found.start()].rstrip().rstrip(b",") + b"}")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -693,7 +733,8 @@ def probe_kineto(path: Path) -> TraceHead:
             head = _HEAD.decode(_text(path))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise _damaged(path, _reason(exc)) from None
-    return TraceHead(head.distributedInfo, head.trace_id)
+    span = _span(text, tail, found.end() if found is not None else len(text), head.baseTimeNanoseconds)
+    return TraceHead(head.distributedInfo, head.trace_id, span)
 
 
 def sniff(path: Path) -> bytes:
