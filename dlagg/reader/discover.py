@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -181,9 +182,11 @@ def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int,
     return tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
 
 
-def _probe(path: Path) -> _File:
+def _probe(path: Path, several: bool = True) -> _File:
+    """What discovery needs of one file; `several`: one of a job's files (a trace's time span is then read, to
+    tell traces of other runs)."""
     if format_of(path).name == TRACE:
-        return _probe_trace(path)
+        return _probe_trace(path, several)
     db = Database(path)
     try:
         processes = _gpu_processes(db)
@@ -207,9 +210,9 @@ def _probe(path: Path) -> _File:
         db.close()
 
 
-def _probe_trace(path: Path) -> _File:
+def _probe_trace(path: Path, span: bool) -> _File:
     """A trace is one process, one rank: the rank its distributedInfo states."""
-    head = probe_kineto(path)
+    head = probe_kineto(path, span)
     info = head.distributed
     rank = (info.rank,) if info is not None and info.rank is not None else ()
     return _File(path, ((0, ()),), 1, "", rank, path.stat().st_size, TRACE,
@@ -290,7 +293,8 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
     gives the results in the order of `paths` (default: one after the other here; the pipeline shares them
     with its process pool, `pool.shared_map`)."""
     ordered = [Path(p) for p in sorted(paths, key=_natural)]
-    files: list[_File] = probe_all(_probe, ordered) if probe_all is not None else [_probe(p) for p in ordered]
+    probe = partial(_probe, several=len(ordered) > 1)
+    files: list[_File] = probe_all(probe, ordered) if probe_all is not None else [probe(p) for p in ordered]
     sources: list[tuple[Path, int | None, int, tuple[int, ...], str, int]] = []
     for f in files:
         if len(f.processes) <= 1:  # the whole file is one rank, as a single-GPU run always was

@@ -33,10 +33,11 @@ import gzip
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 import numpy as np
@@ -168,15 +169,33 @@ def _opened(path: Path) -> Iterator[bytes]:
                 while piece := handle.read(BLOCK_BYTES):
                     yield piece
                 return
-            with gzip.GzipFile(fileobj=handle) as stream:
-                while piece := stream.read(BLOCK_BYTES):
-                    yield piece
+            yield from _gunzipped(handle)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise InputError(f"{path}: the gzip file is damaged or cut short ({exc}); copy or record the trace "
                          "again") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc}); check the path and its "
                          "permissions") from None
+
+
+# Compressed bytes read at a time: about 10-15 MB of a trace's text.
+GZIP_PIECE = 1 << 20
+
+
+def _gunzipped(handle: BinaryIO) -> Iterator[bytes]:
+    """A gzip stream's text in pieces, with zlib directly (the gzip module's own reads and checksum cost a tenth
+    of a trace's read); every member of a multi-member file; zlib checks each member's CRC and length."""
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    while chunk := handle.read(GZIP_PIECE):
+        while chunk:
+            yield inflater.decompress(chunk)
+            chunk = inflater.unused_data
+            if inflater.eof:
+                if not chunk.strip(b"\0"):  # the padding some writers leave after the last member
+                    break
+                inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    if not inflater.eof:
+        raise EOFError("compressed file ended before the end-of-stream marker was reached")
 
 
 def _text(path: Path) -> bytes:
@@ -188,45 +207,85 @@ def _damaged(path: Path, exc: Exception) -> InputError:
                       "*.pt.trace.json(.gz) file torch.profiler wrote, whole")
 
 
-# Event records start after '"traceEvents": ['; blocks are cut where one event ends and the next begins at the
-# top level of the array, which the profiler writes as "}," on a line of its own followed by "{": a cut elsewhere
-# (another writer's layout) fails to parse, and the whole text is then parsed at once.
+# Event records start after '"traceEvents": ['. The text is read a piece at a time and cut into blocks where one
+# event ends and the next begins ("}", a comma, "{"), each parsed as a list: a cut inside a string (a name holding
+# "}, {") fails to parse, and the whole text is then parsed at once.
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb"\n  \},\s*\n  \{")
-_EVENTS_END = b"\n  ]"
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_CLOSE = re.compile(rb"\}\s*\]")  # the last event's end, and the list's
+# Where a block's cut is looked for first: the end of the text read so far.
+CUT_WINDOW = 1 << 16
 
 
 class _Layout(Exception):
-    """The text is not laid out as the profiler writes it (it is then parsed whole)."""
+    """The text cannot be cut into blocks of events (it is then parsed whole)."""
 
 
-def _split(text: bytes) -> tuple[_Head, Iterator[list[_Event]]]:
-    """The head of a trace written in the profiler's own layout, and its events a block at a time (parsed as they
-    are asked for; `_Layout` where the layout turns out otherwise)."""
-    found = _EVENTS_KEY.search(text, 0, HEAD_BYTES)
-    close = text.rfind(_EVENTS_END)
-    if found is None or close < found.end():
-        raise _Layout
-    prefix, tail = text[:found.start()].rstrip(), text[close + len(_EVENTS_END):].strip()
-    # the keys before the events and after them, as one object
-    joined = prefix + tail[1:] if tail.startswith(b",") else prefix.rstrip(b",") + tail
+def _add_block(columns: _Columns, buffer: bytearray, end: int) -> None:
+    """The events of ``buffer[:end]``, a JSON list, into `columns`: parsed in place, no copy of the text. The
+    parsed records refer to the buffer (the raw shapes) until `columns` has made them columns; then the buffer is
+    free to change."""
+    view = memoryview(buffer)[:end]
     try:
-        head = _HEAD.decode(joined)
+        events = _EVENTS.decode(view)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise _Layout from None
+    columns.add(events)
+    del events
+    view.release()
 
-    def blocks() -> Iterator[list[_Event]]:
-        at = found.end()
-        while at < close:
-            cut = _BOUNDARY.search(text, at + BLOCK_BYTES, close) if close - at > 2 * BLOCK_BYTES else None
-            end = cut.start() + 4 if cut is not None else close  # keep the "\n  }" closing the block's last event
-            try:
-                yield _EVENTS.decode(b"[" + text[at:end] + b"]")
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                raise _Layout from None
-            at = cut.end() - 1 if cut is not None else close  # the "{" that opens the next event
 
-    return head, blocks()
+def _last_boundary(text: bytearray) -> re.Match[bytes] | None:
+    """The last place in `text` where one event ends and another begins (None: none yet)."""
+    for start in (max(len(text) - CUT_WINDOW, 0), 0):
+        found = None
+        for found in _BOUNDARY.finditer(text, start):  # noqa: B007 (the last one is wanted)
+            pass
+        if found is not None or start == 0:
+            return found
+    return None
+
+
+def _streamed(path: Path, columns: _Columns) -> _Head:
+    """The trace's events into `columns`, a block at a time as the text is read (never the whole text in memory),
+    and its head: the keys before the events and after them. `_Layout` where the text cannot be cut so.
+
+    The text read waits in one buffer that starts with the list's "[": a block is parsed where it is, with the
+    comma after its last event made a "]" for the time of the parse, and that comma then becomes the next
+    block's "["."""
+    pieces = _opened(path)
+    buffer = bytearray()
+    for piece in pieces:
+        buffer += piece
+        if _EVENTS_KEY.search(buffer, 0, HEAD_BYTES) or len(buffer) >= HEAD_BYTES:
+            break
+    found = _EVENTS_KEY.search(buffer, 0, HEAD_BYTES)
+    if found is None:
+        raise _Layout
+    prefix = bytes(buffer[:found.start()]).rstrip()
+    del buffer[:found.end() - 1]
+    for piece in pieces:
+        buffer += piece
+        cut = _last_boundary(buffer)
+        if cut is not None:
+            comma = buffer.index(b",", cut.start())
+            buffer[comma] = ord("]")
+            _add_block(columns, buffer, comma + 1)
+            buffer[comma] = ord("[")
+            del buffer[:comma]
+    for close in _CLOSE.finditer(buffer):  # the first "}]" that ends the list (another is inside an event's args)
+        try:
+            _add_block(columns, buffer, close.end())
+        except _Layout:
+            continue
+        tail = bytes(buffer[close.end():]).strip()
+        # the keys before the events and after them, as one object
+        joined = prefix + tail[1:] if tail.startswith(b",") else prefix.rstrip(b",") + tail
+        try:
+            return _HEAD.decode(joined)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise _Layout from None
+    raise _Layout
 
 
 @dataclass
@@ -235,9 +294,9 @@ class _Strings:
 
     ids: dict[str, int] = field(default_factory=dict)
 
-    def codes(self, texts: list[str]) -> np.ndarray:
+    def codes(self, texts: list[str] | np.ndarray) -> np.ndarray:
         """Ids of `texts` (new texts get the next ids); one dictionary look-up per distinct text."""
-        if not texts:
+        if len(texts) == 0:
             return np.empty(0, dtype=np.int64)
         codes, distinct = pd.factorize(np.asarray(texts, dtype=object))
         ids = np.fromiter((self.ids.setdefault(t, len(self.ids)) for t in distinct), np.int64, len(distinct))
@@ -256,7 +315,7 @@ def _ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
-def _column(events: tuple[_Event, ...] | list[_Event], name: str, dtype: type | str) -> np.ndarray:
+def _column(events: Sequence[_Event], name: str, dtype: type | str) -> np.ndarray:
     return np.fromiter(map(attrgetter(name), events), dtype=dtype, count=len(events))
 
 
@@ -288,11 +347,25 @@ _CATEGORY_COLUMNS: dict[int, tuple[tuple[str, str, type | str], ...]] = {
 COLLECTIVE_ARGS = ("collective", "in_nelems", "out_nelems", "dtype", "group_size", "group_name", "group_ranks")
 
 
-def _dims(raw: msgspec.Raw) -> str:
-    return bytes(raw).decode("utf-8", "replace")
+def _ids(events: Sequence[_Event], name: str) -> np.ndarray:
+    """Process or thread ids: int64 when they are numbers of at most 32 bits (as the profiler writes them), else
+    objects (text in a damaged trace)."""
+    try:
+        ids = _column(events, name, np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return _column(events, name, object)
+    return ids if len(ids) == 0 or (ids.min() >= 0 and ids.max() < 1 << 32) else ids.astype(object)
 
 
-def _launch(events: tuple[_Event, ...] | list[_Event]) -> dict[str, np.ndarray]:
+def _take(events: Sequence[_Event], rows: np.ndarray) -> Sequence[_Event]:
+    """The events at `rows` (itemgetter: no Python loop)."""
+    if len(rows) == 0:
+        return ()
+    taken = itemgetter(*rows.tolist())(events)
+    return taken if len(rows) > 1 else (taken,)
+
+
+def _launch(events: Sequence[_Event]) -> dict[str, np.ndarray]:
     """A kernel's grid and block (0 where the trace does not say) and its collective's arguments."""
     out: dict[str, np.ndarray] = {}
     for key, attr in (("grid", "args.grid"), ("block", "args.block")):
@@ -320,46 +393,37 @@ class _Columns:
     def add(self, events: list[_Event]) -> None:
         if not events:
             return
-        cats = np.asarray(list(map(attrgetter("cat"), events)), dtype=object)
-        distinct, codes = np.unique(cats.astype(str), return_inverse=True)
-        lowered = [c.lower() for c in distinct]
+        codes, distinct = pd.factorize(_column(events, "cat", object))
+        lowered = [str(c).lower() for c in distinct]
         kinds = np.array([CATEGORIES.get(c, UNREAD) for c in lowered], dtype=np.int64)[codes]
-        complete = np.asarray(list(map(attrgetter("ph"), events)), dtype=object) == "X"
-        ts = _column(events, "ts", np.float64)
-        if np.isfinite(ts).any():
-            self.origin = min(self.origin, float(np.nanmin(ts)))
         for i, cat in enumerate(lowered):
-            n = int(np.count_nonzero(codes == i))
-            if CATEGORIES.get(cat, UNREAD) != UNREAD:
-                continue
-            if cat in SKIPPED or not cat:
-                self.skipped[distinct[i]] += n
-            else:
-                self.unknown[distinct[i]] += n
+            if CATEGORIES.get(cat, UNREAD) == UNREAD:
+                n = int(np.count_nonzero(codes == i))
+                (self.skipped if cat in SKIPPED or not cat else self.unknown)[str(distinct[i])] += n
+        read = np.flatnonzero(kinds != UNREAD)
+        kinds, events = kinds[read], _take(events, read) if len(read) < len(events) else events
+        complete = _column(events, "ph", object) == "X"
         for kind in self.parts:
             rows = np.flatnonzero((kinds == kind) & complete)
             if len(rows):
-                self._part(kind, events, rows, ts[rows])
+                self._part(kind, _take(events, rows) if len(rows) < len(events) else events)
 
-    def _part(self, kind: int, events: list[_Event], rows: np.ndarray, ts: np.ndarray) -> None:
-        picked = [events[i] for i in rows.tolist()] if len(rows) < len(events) else events
-        dur = _column(picked, "dur", np.float64)
+    def _part(self, kind: int, picked: Sequence[_Event]) -> None:
+        ts, dur = _column(picked, "ts", np.float64), _column(picked, "dur", np.float64)
         usable = np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
         if not usable.all():
             self.no_duration += int(np.count_nonzero(~usable))
-            keep = np.flatnonzero(usable).tolist()
-            picked, ts, dur = [picked[i] for i in keep], ts[usable], dur[usable]
+            picked, ts, dur = _take(picked, np.flatnonzero(usable)), ts[usable], dur[usable]
+        if len(ts):
+            self.origin = min(self.origin, float(ts.min()))
         extra = {name: _column(picked, attr, dtype) for name, attr, dtype in _CATEGORY_COLUMNS[kind]}
-        if kind == CPU_OP:
-            extra["dims"] = np.asarray(list(map(_dims, map(attrgetter("args.dims"), picked))), dtype=object)
+        if kind == CPU_OP:  # the text of the shapes, decoded once per distinct text (`_ranges`)
+            extra["dims"] = np.fromiter(map(bytes, map(attrgetter("args.dims"), picked)), object, len(picked))
         if kind == KERNEL:
             extra.update(_launch(picked))
         self.parts[kind].append(_Part(
-            start=ts, dur=dur,
-            pid=np.asarray(list(map(attrgetter("pid"), picked)), dtype=object),
-            tid=np.asarray(list(map(attrgetter("tid"), picked)), dtype=object),
-            name=self.strings.codes(list(map(attrgetter("name"), picked))),
-            extra=extra))
+            start=ts, dur=dur, pid=_ids(picked, "pid"), tid=_ids(picked, "tid"),
+            name=self.strings.codes(_column(picked, "name", object)), extra=extra))
 
     def joined(self, kind: int) -> _Part:
         parts = self.parts[kind]
@@ -371,8 +435,8 @@ class _Columns:
             if kind == KERNEL:
                 extra.update({f"{k}_{a}": np.empty(0, np.int64) for k in ("grid", "block") for a in "xyz"})
                 extra.update({name: np.empty(0, dtype=object) for name in COLLECTIVE_ARGS})
-            empty = np.empty(0, dtype=object)
-            return _Part(np.empty(0), np.empty(0), empty, empty, np.empty(0, np.int64), extra)
+            none = np.empty(0, dtype=np.int64)
+            return _Part(np.empty(0), np.empty(0), none, none, none, extra)
         return _Part(
             start=np.concatenate([p.start for p in parts]), dur=np.concatenate([p.dur for p in parts]),
             pid=np.concatenate([p.pid for p in parts]), tid=np.concatenate([p.tid for p in parts]),
@@ -381,18 +445,15 @@ class _Columns:
 
 
 def _parse(path: Path) -> tuple[_Head, _Columns]:
-    """The trace's head and its events as columns."""
-    text = _text(path)
-    if not is_trace(text[:HEAD_BYTES]):
+    """The trace's head and its events as columns: streamed (`_streamed`), else parsed whole."""
+    if not is_trace(sniff(path)):
         raise _damaged(path, "not a JSON object")
     try:
-        head, blocks = _split(text)
         columns = _Columns()
-        for block in blocks:
-            columns.add(block)
-        return head, columns
+        return _streamed(path, columns), columns
     except _Layout:
         pass
+    text = _text(path)
     try:
         whole = _WHOLE.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -415,13 +476,22 @@ class _Threads:
     """nsys-style global thread ids ``pid << 24 | k`` for (pid, tid) pairs of any values."""
 
     def __init__(self, pids: np.ndarray, tids: np.ndarray) -> None:
-        self.keys = pd.MultiIndex.from_arrays([pids, tids]).unique()
+        self.numeric = pids.dtype.kind == "i" and tids.dtype.kind == "i"  # 32-bit ids (`_ids`): one int64 key
+        if self.numeric:
+            self.keys: pd.Index = pd.Index(factorize_ids((pids << 32) | tids)[0])
+            pid_of_key = self.keys.to_numpy() >> 32
+        else:
+            self.keys = pd.MultiIndex.from_arrays([pids, tids]).unique()
+            pid_of_key = self.keys.get_level_values(0).to_numpy()
         if len(self.keys) >= 1 << 24:
             raise InputError("trace: more than 16 million threads; this is not a profile dlagg can read")
-        self.pid = _process_ids(self.keys.get_level_values(0).to_numpy())
+        self.pid = _process_ids(pid_of_key)
 
     def global_tid(self, pids: np.ndarray, tids: np.ndarray) -> np.ndarray:
-        k = self.keys.get_indexer(pd.MultiIndex.from_arrays([pids, tids]))
+        if self.numeric and pids.dtype.kind == "i" and tids.dtype.kind == "i":
+            k = np.searchsorted(self.keys.to_numpy(), (pids << 32) | tids)
+        else:
+            k = self.keys.get_indexer(pd.MultiIndex.from_arrays([pids, tids]))
         return (self.pid[k] << 24) | (k + 1)
 
 
@@ -602,7 +672,7 @@ def _ranges(ops: _Part, notes: _Part, threads: _Threads, times, strings: _String
     seq = np.concatenate([ops.extra["seq"], np.full(len(notes.start), -1, np.int32)]).astype(np.int32)
     seq[seq < 0] = -1
     global_tid = threads.global_tid(np.concatenate([ops.pid, notes.pid]), np.concatenate([ops.tid, notes.tid]))
-    dims = np.concatenate([ops.extra["dims"], np.full(len(notes.start), "", dtype=object)])
+    dims = np.concatenate([ops.extra["dims"], np.full(len(notes.start), b"", dtype=object)])
     # ranges that start together: the enclosing (longer) one first, as a profiler records nested calls
     order = np.lexsort((-(end - start), start))
     n = len(start)
@@ -615,11 +685,11 @@ def _ranges(ops: _Part, notes: _Part, threads: _Threads, times, strings: _String
     names = np.unique(text_id)
     emit = np.isin(names, op_names)
     nvtx_names = pd.DataFrame({"emit": emit}, index=pd.Index(names.astype(np.int64), name="id"))
-    texts = dims[order]
-    codes, distinct = pd.factorize(texts)
-    blank = np.asarray(distinct == "", dtype=bool)
-    codes = np.where(blank[codes] if len(distinct) else np.zeros(n, bool), -1, codes)
-    return frame, nvtx_names, categorical(codes, np.asarray(distinct, dtype=object))
+    codes, distinct = pd.factorize(dims[order])
+    texts = np.array([bytes(d).decode("utf-8", "replace") for d in distinct], dtype=object)  # distinct shapes
+    blank = texts == ""
+    codes = np.where(blank[codes] if len(texts) else np.zeros(n, bool), -1, codes)
+    return frame, nvtx_names, categorical(codes, texts)
 
 
 @dataclass(frozen=True)
@@ -687,22 +757,29 @@ TAIL_BYTES = 64 << 10
 _TS = re.compile(rb'"ts"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)')
 
 
-def _ends(path: Path) -> tuple[bytes, bytes]:
-    """The first HEAD_BYTES and the last TAIL_BYTES of the file's text: a plain file's read at once, a gzip file's
-    streamed through (only the two ends are kept)."""
+def _ends(path: Path, tail: bool = True) -> tuple[bytes, bytes]:
+    """The first HEAD_BYTES and (with `tail`) the last TAIL_BYTES of the file's text: a plain file's read at once,
+    a gzip file's streamed through (only the two ends are kept)."""
     with path.open("rb") as handle:
         gz = handle.read(2) == GZIP_MAGIC
+    if not tail:
+        head = b""
+        for piece in _opened(path):
+            head += piece
+            if len(head) >= HEAD_BYTES:
+                break
+        return head[:HEAD_BYTES], b""
     if not gz:
         with path.open("rb") as handle:
             head = handle.read(HEAD_BYTES)
             handle.seek(max(handle.seek(0, 2) - TAIL_BYTES, 0))
             return head, handle.read()
-    head, tail = b"", b""
+    head, last = b"", b""
     for piece in _opened(path):
         if len(head) < HEAD_BYTES:
             head += piece[:HEAD_BYTES - len(head)]
-        tail = (tail + piece)[-TAIL_BYTES:]
-    return head, tail
+        last = (last + piece)[-TAIL_BYTES:]
+    return head, last
 
 
 def _span(head: bytes, tail: bytes, events_at: int, base: int) -> tuple[int, int] | None:
@@ -716,11 +793,11 @@ def _span(head: bytes, tail: bytes, events_at: int, base: int) -> tuple[int, int
     return base + round(min(times) * 1000), base + round(max(times) * 1000)
 
 
-def probe_kineto(path: Path) -> TraceHead:
-    """The trace's ``distributedInfo``, id and time span, from the keys before its events (from the whole text when
-    they hold none of the keys the profiler writes there: another writer's order, the events first) and from the
-    times of its first and last events."""
-    text, tail = _ends(path)
+def probe_kineto(path: Path, span: bool = True) -> TraceHead:
+    """The trace's ``distributedInfo``, id and (with `span`: a gzip file is then read through) time span, from the
+    keys before its events (from the whole text when they hold none of the keys the profiler writes there: another
+    writer's order, the events first) and from the times of its first and last events."""
+    text, tail = _ends(path, span)
     found = _EVENTS_KEY.search(text, 0, HEAD_BYTES)
     head = None
     if found is not None and any(f'"{key}"'.encode() in text[:found.start()] for key in _HEAD_KEYS):
@@ -733,8 +810,9 @@ def probe_kineto(path: Path) -> TraceHead:
             head = _HEAD.decode(_text(path))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise _damaged(path, _reason(exc)) from None
-    span = _span(text, tail, found.end() if found is not None else len(text), head.baseTimeNanoseconds)
-    return TraceHead(head.distributedInfo, head.trace_id, span)
+    at = found.end() if found is not None else len(text)
+    return TraceHead(head.distributedInfo, head.trace_id, _span(text, tail, at, head.baseTimeNanoseconds) if span
+                     else None)
 
 
 def sniff(path: Path) -> bytes:
