@@ -1,6 +1,6 @@
 """Speed and memory benchmark for PyTorch profiler (Kineto) traces: ``dlagg --trace`` against Holistic Trace Analysis.
 
-For a long Kineto trace (by default the shared GPT-like DDP rank 0 trace, 10 steps, tiled 15 times in time by
+For a long Kineto trace (by default the bundled GPT-like DDP rank 0 trace, 10 steps, tiled 15 times in time by
 ``tile_trace.py`` into a 150-step trace of about 29 MB gzipped; or any trace given with ``--trace``) it prints, from
 the same machine and run:
 
@@ -42,8 +42,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from tile_trace import tile  # noqa: E402
 
-SHARED_SOURCE = (REPO.parent / "shared" / "fixtures" / "kineto" / "ddp2"
-                 / "rank0.1795836054557423750.pt.trace.json.gz")
+SHARED_SOURCE = REPO / "fixtures" / "kineto" / "ddp2" / "rank0.1795836054557423750.pt.trace.json.gz"
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "dlagg-kineto-bench"
 DEFAULT_COPIES = 15  # 10 recorded steps -> a 150-step trace, the size the HTA figures were quoted for
 REPEATS = 3
