@@ -235,3 +235,19 @@ def test_collectives_carry_message_size_and_bus_bandwidth(tmp_path: Path, capsys
     assert mine["Size (B)"].astype(np.int64).tolist() == sizes
     assert mine["Bus Bandwidth (GB/s)"].tolist() == pytest.approx(expected, abs=0.006)
     assert set(report["Algorithm"]) == {"RING_LL"} and set(report["Operation"]) == {"AllReduce"}
+
+
+def test_a_trace_compares_with_an_nsys_export_of_the_same_model(tmp_path: Path, capsys) -> None:
+    """The same ResNet-18 AMP step recorded by nsys (15 steps) and by torch.profiler (10): a verdict, per-iteration
+    figures, and the Tensor Core share of both alike (the same kernels)."""
+    nsys = fixture_path("nsys-2022.4/resnet_amp/resnet_amp.sqlite", "nsys fixture resnet_amp")
+    code, out, err = dlagg(capsys, f"--trace={traces('resnet_amp')[0]}", f"--baseline={nsys}", "--reports=summary",
+                           f"--output_path={tmp_path}")
+    assert code == 0, err
+    assert "Compared with the baseline: Iteration time" in out
+    assert "the key nodes differ (baseline: train_step; current: ProfilerStep#*)" in err
+    compare = dlprof_csv.read(tmp_path / "dlagg_compare.csv")
+    assert compare
+    # the nsys export's own figure is 83.0 % (README's summary of this recording)
+    current = dlprof_csv.read(tmp_path / "dlagg_summary.csv")["Summary Report"].values()
+    assert float(current["Tensor Core Kernel Utilization %"]) == pytest.approx(83.0, abs=1.0)
