@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 VERBOSITIES = ("quiet", "minimal", "normal", "detailed", "diagnostic")
@@ -39,6 +39,14 @@ class Options:
     ncu_rank: int | None = None
     baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
     raw_csv: bool = False  # CSV text cells exactly as the profile has them (--raw_csv): formula-like ones not defused
+
+    def __post_init__(self) -> None:
+        """A `str` (or any os.PathLike) given for a `Path` field (output_path) becomes a Path: library users write
+        ``Options(output_path="out")``. Fields typed ``Path | str`` (a spec like nsys_database) stay as given."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "Path" and not isinstance(value, Path):
+                object.__setattr__(self, f.name, Path(value))
 
     @property
     def level(self) -> int:

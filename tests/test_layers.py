@@ -32,6 +32,7 @@ LAYERS = {
     "compare": 10,  # two jobs' figures compared: reduces the baseline with job
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
+    "api": 12,  # dlagg.analyze, the library face: runs the pipeline (the package re-exports it lazily, by name)
     "_forkserver": 12,  # what the pool's fork server imports for its workers: the pipeline
     "dask_preload": 12,  # what a Dask worker started for dlagg preloads (dask worker --preload)
 }
