@@ -128,6 +128,49 @@ def op_tc_eligible(op_types: pd.Series) -> pd.Series:
     return op_types.astype(str).isin(TC_ELIGIBLE_OPS)
 
 
+@dataclass(frozen=True)
+class KernelFamily:
+    """Kernels that one piece of advice fits: `name` (what they are, as a finding names them), `pattern` (matched
+    case-insensitively anywhere in the kernel's demangled or short name), `advice` (what makes them faster)."""
+
+    name: str
+    pattern: str
+    advice: str
+
+
+# The first family whose pattern matches a kernel's name is its family (so attention before the convolutions, whose
+# cuDNN kernels it shares a prefix with, and the convolutions before the GEMMs, which implicit-GEMM convolutions name).
+KERNEL_FAMILIES: tuple[KernelFamily, ...] = (
+    KernelFamily("communication (NCCL)", r"nccl",
+                 "overlap it with compute (DDP's gradient buckets, no_sync under gradient accumulation) and balance "
+                 "the ranks; see the communication and straggler findings"),
+    KernelFamily("fused attention", r"flash|fmha|sdpa|attention",
+                 "run it in bf16/fp16 with a head dimension that is a multiple of 8 "
+                 "(torch.nn.functional.scaled_dot_product_attention then picks the FlashAttention or cuDNN kernels)"),
+    KernelFamily("convolutions (cuDNN)", r"conv|implicit_gemm|implicit_precomp|fprop|dgrad|wgrad|winograd|fft2d",
+                 "set torch.backends.cudnn.benchmark = True (cuDNN then times its algorithms for each input shape: "
+                 "keep the shapes fixed), use the channels_last memory format and bf16/fp16 (torch.autocast) so that "
+                 "they run on Tensor Cores"),
+    KernelFamily("matrix multiplications (cuBLAS/CUTLASS GEMMs)",
+                 r"gemm|gemv|nvjet|cutlass|cublas|matmul|wgmma|gmma|hmma|[hs]1688|[hs]884|16816",
+                 "make their dimensions (batch x sequence, hidden and vocabulary sizes) multiples of 8 for bf16/fp16 "
+                 "(16 for int8/fp8), run them in bf16/fp16 (torch.autocast), or let FP32 ones use TF32 "
+                 "(torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high'))"),
+    KernelFamily("elementwise, normalisation and reduction kernels (memory bound)",
+                 r"elementwise|reduce_kernel|reduction|softmax|norm|bn_(?:fw|bw)|pool|dropout|copy|fill|index|scatter"
+                 r"|gather|CatArray|multi_tensor_apply|triton_(?:poi|red|per)|GammaBeta",
+                 "fuse them so that the data passes through memory fewer times (torch.compile; fused optimizers: "
+                 "foreach=True / fused=True)"),
+)
+_FAMILIES = tuple((family, re.compile(family.pattern, re.IGNORECASE)) for family in KERNEL_FAMILIES)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def kernel_family(name: str) -> KernelFamily | None:
+    """The family of a kernel (its demangled or short name, or both joined), None when no family's advice fits."""
+    return next((family for family, pattern in _FAMILIES if pattern.search(name)), None)
+
+
 # NVTX ranges that mean "the training loop waits for its input": user ranges named for data
 # loading (our recordings use `data`), PyTorch profiler's `enumerate(DataLoader)#...__next__`,
 # DALI pipeline ranges.

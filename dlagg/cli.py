@@ -34,7 +34,7 @@ from .errors import DlaggError, OptionsError
 from .limits import out_of_memory
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log
 from .options import VERBOSITIES, Baseline, Options
-from .pipeline import check_outputs, run
+from .pipeline import check_outputs, format_choices, run
 from .record import (
     DEFAULT_BASE_NAME,
     DEFAULT_NSYS_OPTS,
@@ -48,7 +48,7 @@ from .record import (
 from .reports import REPORTS
 from .reports.expert_systems import feedback_text
 from .tuning import tune_process
-from .writers import WRITERS, how_to_open
+from .writers import how_to_open
 from .writers.base import written_line
 
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
@@ -306,8 +306,8 @@ def build_parser() -> Parser:
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); default summary,expert_systems (DLProf: none)")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
-        help=f"report file formats: all, or a comma list of {', '.join(w for w in WRITERS if w != 'tensorboard')} "
-             "(default csv; html: one self-contained page with plots)")
+        help=f"report file formats: all, or a comma list of {', '.join(format_choices())} (default csv; html: one "
+             "self-contained page with plots; the reports that draw pictures write them as PNG with any format)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
     add("--profile_name", default="dlagg", metavar="NAME",
         help="prefix of every output file name, not a path (default dlagg)")

@@ -34,10 +34,24 @@ from .classify import uses_tensor_cores
 from .model import Iterations, Profile, categorical, factorize_ids, rows_where
 from .ops import Ops, find_ops
 from .options import Options
+from .reader.schema import PID_MASK
 from .roofline import KernelMatch, Roofline, analyse, measured_tc
+from .timeline import intervals
 from .timeline.breakdown import time_breakdown
-from .timeline.correlate import gpu_work
+from .timeline.correlate import contains, gpu_work, packed_keys
 from .timeline.iterations import with_gpu_work
+
+# Host calls that wait for the GPU (runtime and driver API, without nsys' _vNNNN suffix);
+# cudaThreadSynchronize is the old name of cudaDeviceSynchronize.
+SYNC_CALL = r"cu(?:da)?(?:Device|Ctx|Stream|Event|Thread)Synchroni[sz]e"
+# Copies without "Async" return only when the copy is done.
+BLOCKING_COPY_CALL = r"cudaMemcpy(?:2D|3D|Peer)?(?:ToSymbol|FromSymbol)?|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer)?(?:_v2)?"
+# ENUM_CUPTI_SYNC_TYPE values where the host waits: 1 event sync, 3 stream sync, 4 context
+# sync (2, stream-wait-event, is a GPU-side wait that does not block the host).
+HOST_BLOCKING_SYNC_TYPES = (1, 3, 4)
+# Calls that only make a stream wait on the GPU. nsys 2022.4 labels their CUPTI records as
+# stream syncs (type 3) in our recordings, so they are excluded by name.
+GPU_SIDE_WAIT = r"cu(?:da)?StreamWaitEvent"
 
 # Op text figures -> op table column (one value per op) or instance column.
 OP_TEXT = {"op_id": "op_id", "op_name": "op_name", "direction": "direction", "op_type": "op_type",
@@ -180,6 +194,49 @@ class RankContext:
                 codes = np.append(np.asarray(values.codes), -1)[instance]  # instance -1: no op
                 out[column] = categorical(codes, np.asarray(values.categories, dtype=object))
         return out
+
+    @cached_property
+    def runtime_names(self) -> pd.Series:
+        """Runtime/driver API name per name id, without nsys' version suffix (``_v3020``)."""
+        ids = np.unique(self.profile.runtime["name_id"].to_numpy())
+        names = self.profile.strings.decode(pd.Series(ids)).str.replace(r"_v\d+$", "", regex=True)
+        return pd.Series(names.to_numpy(), index=ids)
+
+    def runtime_ids_matching(self, pattern: str) -> np.ndarray:
+        names = self.runtime_names
+        return names.index[names.str.fullmatch(pattern).to_numpy(dtype=bool)].to_numpy()
+
+    @cached_property
+    def blocking_calls(self) -> pd.DataFrame:
+        """Runtime/driver calls in which the host waited for the GPU, on threads that launch GPU work:
+        synchronising calls and blocking copies by name, and any call with a CUPTI synchronisation
+        record of a host-blocking type."""
+        runtime = self.profile.runtime
+        ids = np.concatenate((self.runtime_ids_matching(SYNC_CALL), self.runtime_ids_matching(BLOCKING_COPY_CALL)))
+        blocking = np.isin(runtime["name_id"].to_numpy(), ids)
+        sync = self.profile.sync
+        waits = sync[np.isin(sync["sync_type"].to_numpy(), HOST_BLOCKING_SYNC_TYPES)]
+        pid = runtime["global_tid"].to_numpy() & PID_MASK
+        wait_keys, call_keys = packed_keys(waits["global_pid"].to_numpy(), waits["correlation_id"].to_numpy(),
+                                           pid, runtime["correlation_id"].to_numpy())
+        waited = contains(np.unique(wait_keys), call_keys)
+        blocking |= waited & ~np.isin(runtime["name_id"].to_numpy(), self.runtime_ids_matching(GPU_SIDE_WAIT))
+        launchers = np.unique(self.work["api_tid"].to_numpy())
+        blocking &= np.isin(runtime["global_tid"].to_numpy(), launchers)
+        return runtime[blocking]
+
+    def host_blocked_per_window(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Time (ns) in each window (starts[i], ends[i]] that some launching thread spent in a host-blocking call
+        (the union over threads: time the host waited for the GPU)."""
+        calls = self.blocking_calls
+        return intervals.overlap_per_window(calls["start"].to_numpy(), calls["end"].to_numpy(), starts, ends)
+
+    def output_shapes(self, work_index: pd.Index) -> pd.Categorical:
+        """Output shapes of the op instance that launched each of these `work` rows ('' when unknown): those
+        a dict marker's arguments determine (ops/markers.py ``output_shape``); emit_nvtx records none."""
+        instance = self.ops.work_instance[self.work.index.get_indexer(work_index)]
+        own = self.ops.instances["output_shapes"].array
+        return categorical(np.append(np.asarray(own.codes), -1)[instance], np.asarray(own.categories, dtype=object))
 
     def input_shapes(self, work_index: pd.Index) -> pd.Categorical:
         """Input shapes of the op instance that launched each of these `work` rows ('' when unknown).

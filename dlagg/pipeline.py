@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
 from collections import deque
@@ -134,20 +135,24 @@ def _check_roofline_options(options: Options) -> None:
                            "it out")
 
 
+def format_choices() -> list[str]:
+    """The formats --formats takes besides 'all': every registered file format (TensorBoard is -b's business,
+    PNGs are written with the reports that draw them); what --help lists and the check accepts."""
+    return [w for w in WRITERS if w not in (TENSORBOARD, IMAGES)]
+
+
 def file_formats(formats: tuple[str, ...]) -> tuple[str, ...]:
-    """--formats with 'all' replaced by every registered file format (TensorBoard is -b's business, PNGs are
-    written with the reports that draw them)."""
+    """--formats with 'all' replaced by every format of `format_choices`."""
     if ALL_FORMATS not in formats:
         return formats
-    every = [w for w in WRITERS if w not in (TENSORBOARD, IMAGES)]
-    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *every]))
+    return tuple(dict.fromkeys([*(f for f in formats if f != ALL_FORMATS), *format_choices()]))
 
 
 def _check_formats(formats: tuple[str, ...]) -> None:
     for fmt in formats:
-        if fmt not in WRITERS or fmt in (TENSORBOARD, IMAGES):
-            choices = ", ".join([ALL_FORMATS, *(w for w in WRITERS if w not in (TENSORBOARD, IMAGES))])
-            raise OptionsError(f"--formats: unknown format '{fmt}'; choose from {choices}")
+        if fmt not in format_choices():
+            raise OptionsError(f"--formats: unknown format '{fmt}'; choose from "
+                               f"{', '.join([ALL_FORMATS, *format_choices()])}")
 
 
 def check_outputs(options: Options) -> None:
@@ -166,30 +171,43 @@ def check_outputs(options: Options) -> None:
 
 def _check_output_folder(out: Path) -> None:
     """That --output_path is a writable folder or can be made one; it is not made here but by the run's first write
-    (writers/staging.py), so that a run that fails before then leaves no folder behind."""
+    (writers/staging.py), so that a run that fails before then leaves no folder behind. Writable is tried, not
+    looked up: a folder made and removed at once, where the outputs' folder is or would be made (permission bits
+    say nothing for root, a read-only mount, an immutable folder, /sys or /proc)."""
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
     if out.is_dir():
-        if not os.access(out, os.W_OK | os.X_OK):
-            raise OutputError(f"{out}: the output folder is not writable; choose another --output_path")
+        cause = _not_writable(out)
+        if cause:
+            raise OutputError(f"{out}: the output folder is not writable ({cause}); choose another --output_path")
         return
     above = missing_folders(out)[-1].parent  # the nearest folder that exists, where it would be made
-    if not above.is_dir():
-        cause = "Not a directory"
-    elif not os.access(above, os.W_OK | os.X_OK):
-        cause = "Permission denied"
-    else:
-        return
-    raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
+    cause = "Not a directory" if not above.is_dir() else _not_writable(above)
+    if cause:
+        raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
 
 
-def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
-    out = options.output_path
-    _check_output_folder(out)
+def _not_writable(folder: Path) -> str:
+    """Why nothing can be made in `folder` ("" when something can): a probe folder made and removed."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".dlagg-probe.", dir=folder))
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return ""
+
+
+def _check_output_folders(options: Options) -> None:
+    """--output_path and the writers' folders in it (--tb_dir): each a folder, or one that can be made, and writable.
+    Checked before any input is read (docs/cli.md), and again by `_prepare_output` once the ranks are known."""
+    _check_output_folder(options.output_path)
     for fmt in _writers(options):
         folder = _out_dir(options, fmt)
         if folder.exists() and not folder.is_dir():
             raise OutputError(f"{folder}: is a file, not a folder; remove it or choose another --tb_dir")
+
+
+def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
+    _check_output_folders(options)
     if options.force:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
@@ -316,6 +334,8 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     _check_formats(options.formats)
     _check_roofline_options(options)
     check_output_names(options)
+    if options.reports or options.baseline is not None:  # an output folder that cannot be written: before any reading
+        _check_output_folders(options)
     baseline = baseline_job(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
@@ -348,6 +368,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 _submit_per_report(writes, formats, comparison.report, options, info)
             reports = [built[n] for n in names if n in built]  # in the order reports are listed in
             warnings = _warn(log, ranks, reports, comparison)
+            info = replace(info, warnings=tuple(dict.fromkeys(log.warnings)))  # the page: every warning said so far
             reports += [comparison.report] if comparison else []
             if reports:
                 _submit_whole_job(writes, formats, built, names, comparison, options, info)
@@ -431,7 +452,8 @@ def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names:
     """--per_rank: each rank's reports in its own folder (made in the staging folder when written)."""
     per_report = [fmt for fmt in options.formats if WRITERS[fmt].per_report]
     for rank in ranks:  # ranks, not events
-        rank_info = _run_info(options, JobFigures(job, (rank,), None), names)
+        rank_info = replace(_run_info(options, JobFigures(job, (rank,), None), names), warnings=tuple(one_per_cause(
+            [*rank.warnings, *(w for n in names if n in rank.reports for w in rank.reports[n].warnings)])))
         folder = _rank_dir(options, rank.source.rank)
         for name in names:
             if name in rank.reports:

@@ -9,7 +9,7 @@ screenshots taken on the way are the ones docs/ and the README show: they are wr
 tests/test_browser.py`` refreshes them), else to a temporary folder.
 
 Skipped, with the reason, where Chromium is not installed (Debian: ``apt-get install chromium``);
-the multi-rank views need the ../shared fixtures.
+the multi-rank views read the bundled fixtures/nsys-2022.4-multi recording (conftest's ``multi``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ from dlagg.pipeline import run
 from dlagg.writers.tensorboard_writer import MAX_LINES
 
 from .browser import Browser, Page, chromium_path
-from .conftest import BUNDLED, RECORDINGS, ROOT, SHARED, ncu_csv, recording
+from .conftest import BUNDLED, RECORDINGS, ROOT, fixture_path, ncu_csv, recording
 from .test_tensorboard_server import tensorboard
 
 CHROMIUM = chromium_path()
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
                                 "chromium; or set DLAGG_CHROMIUM): the browser tests need it")
 ITER_START = 2  # the first two iterations are warm-up: the pictures show the aggregated range apart
-DDP = SHARED / "nsys-2022.4-multi" / "ddp2_gpt_per_rank"
 MAX_PNG_BYTES = 400_000  # keeps the README and docs light
 RENDER_TIMEOUT_S = 90
 # Every section of these reports draws at least one chart on the page.
@@ -309,6 +308,41 @@ def test_html_before_and_after(browser: Browser, compare_page: Path, shots: Path
         page.close()
 
 
+# The cells of the compare section's Verdict table (figure name, value) and the visible area of its scroll box.
+VERDICT_CELLS_JS = """(() => {
+  const box = Array.from(document.querySelectorAll('#compare .table-box'))
+    .find(b => b.querySelector('.table-title').textContent === 'Verdict');
+  box.scrollIntoView({block: 'start'});
+  const scroll = box.querySelector('.scroll');
+  const area = scroll.getBoundingClientRect();
+  return {scrollLeft: scroll.scrollLeft, right: Math.min(area.right, window.innerWidth), left: area.left,
+          overflow: scroll.scrollWidth - scroll.clientWidth,
+          cells: Array.from(box.querySelectorAll('tbody tr')).map(tr => Array.from(tr.cells).map(td => {
+            const r = td.getBoundingClientRect();
+            return {text: td.textContent, left: r.left, right: r.right};
+          }))};
+})()"""
+
+
+def test_html_verdict_table_keeps_its_figures_in_view(browser: Browser, compare_page: Path) -> None:
+    """Issue 43: the verdict's sentence, one cell on one line, pushed the Value column's figures off to the
+    right of the table's box; every cell is now within the box and the window, without scrolling sideways."""
+    page = browser.page()
+    try:
+        status = open_page(page, compare_page / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        found = page.evaluate(VERDICT_CELLS_JS)
+        rows = found["cells"]
+        assert len(rows) > 5 and any(len(value["text"]) > 120 for _, value in rows)  # the long sentence is there
+        assert found["scrollLeft"] == 0 and found["overflow"] <= 1, found["overflow"]
+        for figure, value in rows:
+            for cell in (figure, value):
+                assert found["left"] - 1 <= cell["left"] and cell["right"] <= found["right"] + 1, (figure["text"],
+                                                                                                    cell, found)
+    finally:
+        page.close()
+
+
 @pytest.mark.parametrize("current, baseline, window", [
     ("resnet_amp", "resnet_fp32", (2, 3)),  # two iterations a side: a ratio without an interval
     ("cuda_basic", "no_emit_nvtx", (None, None)),  # different programs: only more GPU time, no op on one side
@@ -328,10 +362,11 @@ def test_html_before_and_after_of_other_profiles(browser: Browser, tmp_path: Pat
         page.close()
 
 
-@pytest.mark.skipif(not DDP.exists(), reason=f"multi-rank fixture {DDP} not available")
 def test_html_ranks_view(browser: Browser, tmp_path: Path, shots: Path) -> None:
-    run(Options(nsys_database=str(DDP), reports=("all",), formats=("html",), output_path=tmp_path,
-                suppress_tb_files=True, verbosity="quiet", workers=1))
+    """The two-rank PyTorch profiler recording with a straggler (rank 1 sleeps 25 ms a step)."""
+    straggler = fixture_path("kineto/ddp2_straggler/truth_rank1.json", "Kineto fixture ddp2_straggler").parent
+    run(Options(nsys_database=str(straggler), reports=("all",), formats=("html",),
+                output_path=tmp_path, suppress_tb_files=True, verbosity="quiet", workers=1))
     page = browser.page()
     try:
         status = open_page(page, tmp_path / "dlagg_report.html")
@@ -384,10 +419,9 @@ def test_tensorboard_dashboards(browser: Browser, tmp_path: Path, shots: Path) -
         page.close()
 
 
-@pytest.mark.skipif(not DDP.exists(), reason=f"multi-rank fixture {DDP} not available")
-def test_tensorboard_ranks_view(browser: Browser, tmp_path: Path, shots: Path) -> None:
-    run(Options(nsys_database=str(DDP), reports=("summary", "ranks"), output_path=tmp_path, verbosity="quiet",
-                workers=1))
+def test_tensorboard_ranks_view(browser: Browser, tmp_path: Path, shots: Path, multi) -> None:
+    run(Options(nsys_database=str(multi("ddp2_gpt_per_rank")), reports=("summary", "ranks"), output_path=tmp_path,
+                verbosity="quiet", workers=1))
     page = browser.page()
     try:
         with tensorboard(tmp_path / "event_files", tmp_path / "tensorboard.log", {"dlagg/rank0", "dlagg/rank1"}) \

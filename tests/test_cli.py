@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -59,6 +60,23 @@ def test_existing_outputs_need_force(db: Path, tmp_path: Path, capsys) -> None:
     assert (tmp_path / "dlagg_summary.csv").read_text() == first
     code, _, err = dlagg(capsys, *args, "--force=true")
     assert code == 0, err
+
+
+def test_force_names_the_earlier_outputs_it_removed(db: Path, tmp_path: Path, capsys) -> None:
+    """Issue 43: --force removed an earlier run's outputs that this run does not write, without a word."""
+    out = tmp_path / "out"
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary,kernel", "--formats=csv,json", "-b",
+                         f"--output_path={out}")
+    assert code == 0, err
+    before = {p.name for p in out.iterdir()}
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", "--formats=csv", "-b", "--force=true",
+                         f"--output_path={out}")
+    assert code == 0, err
+    gone = before - {p.name for p in out.iterdir()}
+    assert gone == {"dlagg_kernel.csv", "dlagg_kernel.json", "dlagg_summary.json"}
+    line = next(x for x in err.splitlines() if x.startswith("dlagg: --force:"))
+    assert "removed 3 earlier outputs" in line and str(out) in line
+    assert all(name in line for name in gone) and "dlagg_summary.csv" not in line.split("removed", 1)[1]
 
 
 def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
@@ -122,6 +140,41 @@ def test_unwritable_output_folder(db: Path, tmp_path: Path, capsys) -> None:
     assert code != 0 and "is a file" in err
 
 
+def read_only_folder(tmp_path: Path) -> Path:
+    """A folder in which nothing can be made: one without write permission, or /sys for root (whom permission
+    bits do not stop)."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() != 0:
+        return folder
+    if Path("/sys/kernel").is_dir():
+        return Path("/sys")  # sysfs: no file or folder can be made there, by anyone
+    pytest.skip("running as root without /sys: no folder here is read-only to this process")
+
+
+@pytest.mark.parametrize("case", ["under_a_file", "read_only", "in_read_only"])
+def test_an_unwritable_output_path_is_found_before_the_input_is_read(db: Path, tmp_path: Path, capsys,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      case: str) -> None:
+    """docs/cli.md: an output folder that cannot be written stops dlagg before it reads anything (issue 43: it was
+    found after the inputs were probed, or, for a read-only folder, only when the first output was written)."""
+    from dlagg import pipeline
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the input was read before the output folder was checked")
+
+    (tmp_path / "file").write_text("x")
+    out = (tmp_path / "file" / "sub" if case == "under_a_file" else
+           read_only_folder(tmp_path) / ("sub" if case == "in_read_only" else ""))
+    monkeypatch.setattr(pipeline, "input_paths", never)
+    monkeypatch.setattr(pipeline, "check_input", never)
+    code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--output_path={out}")
+    assert code == 1 and err.count("\n") == 1, err
+    assert "not writable" in err if case == "read_only" else "cannot create the output folder" in err
+    assert str(out) in err and "--output_path" in err
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["--reports=bogus"], "unknown report 'bogus'"),
     (["--formats=xml", "--reports=all"], "unknown format 'xml'"),
@@ -141,6 +194,19 @@ def test_help_lists_every_dlprof_report(capsys) -> None:
     assert code == 0
     for name in ("summary", "detail", "kernel", "iteration", "tensor", "op_type", "group_node", "expert_systems"):
         assert f"\n  {name} " in out
+
+
+def test_every_format_help_lists_is_accepted(db: Path, tmp_path: Path, capsys) -> None:
+    """Issue 43: --help listed png under --formats, which --formats=png then refused."""
+    code, out, _ = dlagg(capsys, "--help")
+    assert code == 0
+    option = " ".join(out.split("--formats LIST", 1)[1].split("\n  -", 1)[0].split())
+    listed = [f.strip() for f in option.split("a comma list of ", 1)[1].split(" (default", 1)[0].split(",")]
+    assert "csv" in listed and "png" not in listed
+    for fmt in listed:
+        code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary", f"--formats={fmt}", "-b",
+                             f"--output_path={tmp_path / fmt}")
+        assert code == 0 and "unknown format" not in err, (fmt, err)
 
 
 def test_quiet_prints_nothing_on_success(db: Path, tmp_path: Path, capsys) -> None:

@@ -374,7 +374,9 @@ def test_no_reports_option_writes_summary_expert_systems_and_tensorboard_and_say
     assert code == 0, err
     assert ("no --reports given, so dlagg wrote the summary and expert_systems reports and TensorBoard event "
             "files; --reports=all writes every report") in err
-    assert sorted(p.name for p in tmp_path.glob("dlagg_*")) == ["dlagg_expert_systems.csv", "dlagg_summary.csv"]
+    # (the expert systems' detail file: dlagg's columns beside DLProf's two-column file)
+    assert sorted(p.name for p in tmp_path.glob("dlagg_*")) == ["dlagg_expert_systems.csv",
+                                                                 "dlagg_expert_systems_detail.csv", "dlagg_summary.csv"]
     assert list((tmp_path / "event_files").rglob("events.out.tfevents.*"))
     assert stdout.startswith("Expert Systems Feedback:")
 

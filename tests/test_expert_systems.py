@@ -53,7 +53,7 @@ def detector_status(name: str, tmp_path: Path, *options: str) -> tuple[dict[str,
     out = tmp_path / name
     assert main([f"--nsys_database={recording(name)}", "--reports=summary,expert_systems", "--formats=csv,json",
                  f"--output_path={out}", "-b", "--verbosity=quiet", *options]) == 0
-    sections = dlprof_csv.read(out / "dlagg_expert_systems.csv")
+    sections = dlprof_csv.read(out / "dlagg_expert_systems_detail.csv")
     assert list(sections) == ["Expert Systems Feedback"]
     return json_statuses(out / "dlagg_expert_systems.json"), sections["Expert Systems Feedback"].frame()
 
@@ -190,7 +190,7 @@ def test_amp_on_tf32_and_fp32_gemms(tmp_path: Path, gemm: str, stake: float | No
     out = tmp_path / "out"
     assert main([f"--nsys_database={path}", "--reports=expert_systems", f"--output_path={out}", "-b",
                  "--formats=csv,json", "--verbosity=quiet"]) == 0
-    sections = dlprof_csv.read(out / "dlagg_expert_systems.csv")
+    sections = dlprof_csv.read(out / "dlagg_expert_systems_detail.csv")
     status = json_statuses(out / "dlagg_expert_systems.json")
     found = sections["Expert Systems Feedback"].frame().set_index("Detector")
     if stake is None:
@@ -259,12 +259,19 @@ def test_report_and_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     count = int(lines[0].split(": ")[1].split()[0])
     assert lines[0] == f"Expert Systems Feedback: {count} issues detected."
     assert out.count("Problem detected:") == count == out.count("Recommended change:")
+    # DLProf's dlprof_expert_systems.csv (MohanadOdema/DLProf): the title, then "Problem,Recommendation" and
+    # two cells a row, so that a script doing `problem, rec = row` keeps working
     csv = (tmp_path / "dlagg_expert_systems.csv").read_text().splitlines()
-    assert csv[0] == "Expert Systems Feedback"
-    assert csv[1].split(",")[:3] == [f.title for f in FIELDS[:3]]
-    table = pd.read_csv(tmp_path / "dlagg_expert_systems.csv", skiprows=1, nrows=count)
-    assert list(table.columns) == [f.title for f in FIELDS]
-    assert np.all(np.diff(table[STAKE].to_numpy()) <= 0)
+    assert csv[:2] == ["Expert Systems Feedback", "Problem,Recommendation"]
+    rows = list(__import__("csv").reader(csv[2:]))
+    assert len(rows) == count and all(len(row) == 2 for row in rows)
+    for problem, rec in rows:
+        assert f"  {problem}" in out and f"  {rec}" in out
+    # dlagg's columns (severity, evidence, time at stake...) in a separate file, the same rows
+    detail = pd.read_csv(tmp_path / "dlagg_expert_systems_detail.csv", skiprows=1, nrows=count)
+    assert list(detail.columns) == [f.title for f in FIELDS]
+    assert [list(r) for r in detail[["Problem", "Recommendation"]].itertuples(index=False)] == rows
+    assert np.all(np.diff(detail[STAKE].to_numpy()) <= 0)
 
 
 @pytest.mark.parametrize("verbosity", ["quiet", "minimal"])

@@ -320,3 +320,42 @@ def test_dominant_kernels_edge(tmp_path: Path, small: int, fires: bool) -> None:
     if fires:
         assert got["dominant_kernels"].kernels.startswith("big_")
         assert got["dominant_kernels"].time_at_stake_ns == pytest.approx(30_000)
+
+
+# ---- dominant kernels: the advice fits the kernels it is about (issue 43) ----
+
+GEMMS = ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "nvjet_sm90_tst_64x128_64x8_2x1_v_bz_NTN",
+         "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8")
+CONVOLUTIONS = ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize64x64x64_execute_kernel",
+                "sm90_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x64x32_execute_kernel",
+                "void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>")
+ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+               "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>",
+               "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>")
+CUDNN = ("cudnn.benchmark", "convolution")
+GEMM = ("multiples of 8", "TF32", "bf16")
+FUSION = ("fuse", "torch.compile")
+
+
+def three_kernels(names: tuple[str, ...]) -> Step:
+    def step(b: ExportBuilder, i: int, base: int) -> None:
+        t = base + 50_000
+        for j, name in enumerate(names):
+            b.launch(base + 100 + 10 * j, base + 105 + 10 * j, t, t + 10_000 * (3 - j), name)
+            t += 10_000 * (3 - j)
+    return step
+
+
+@pytest.mark.parametrize(("names", "fits", "misfits"), [
+    (GEMMS, GEMM, (*CUDNN, *FUSION)),  # cuBLAS nvjet and CUTLASS GEMMs were told to set cudnn.benchmark
+    (CONVOLUTIONS, CUDNN, ("TF32", *FUSION)),
+    (ELEMENTWISE, FUSION, (*CUDNN, "TF32")),
+    ((GEMMS[0], ELEMENTWISE[0], CONVOLUTIONS[0]), (*GEMM, *FUSION, *CUDNN, "kernel 1 above", "kernel 3 above"), ()),
+])
+def test_dominant_kernels_advice_fits_the_kernels(tmp_path: Path, names: tuple[str, ...], fits: tuple[str, ...],
+                                                  misfits: tuple[str, ...]) -> None:
+    finding = detect(export(tmp_path, three_kernels(names), length=400_000))["dominant_kernels"]
+    advice = finding.recommendation
+    assert all(text in advice for text in fits), advice
+    assert not any(text in advice for text in misfits), advice
+    assert "ncu -k" in advice

@@ -24,11 +24,10 @@ from dlagg.writers import WRITERS, RunInfo
 from dlagg.writers.html_page import SECTIONS, Page, escape, html_section, render_sections
 from dlagg.writers.html_writer import page_pieces, vega_bundle
 
-from .conftest import SHARED, ncu_csv, recording
+from .conftest import ncu_csv, recording
 
 ITER_START = 2
 MAX_PAGE_BYTES = 3_000_000  # "a few MB at most"; this 15-step profile with every report is 1.7 MB
-DDP = SHARED / "nsys-2022.4-multi" / "ddp2_gpt_per_rank"
 RESOURCE_ATTRIBUTES = {"src", "href", "srcset", "poster", "data", "action", "formaction", "background", "xlink:href"}
 
 
@@ -194,10 +193,50 @@ def test_end_of_run_says_how_to_open_the_outputs(tmp_path: Path, capsys) -> None
     assert f"tensorboard --logdir {tmp_path / 'event_files'}, then open http://localhost:6006/#custom_scalars" in err
 
 
-@pytest.mark.skipif(not DDP.exists(), reason=f"multi-rank fixture {DDP} not available")
-def test_several_ranks_one_page_and_one_per_rank(tmp_path: Path) -> None:
-    run(Options(nsys_database=str(DDP), reports=("summary", "kernel"), formats=("html",), output_path=tmp_path,
-                per_rank=True, suppress_tb_files=True, verbosity="quiet", workers=1))
+def test_one_cause_one_warning_and_the_page_shows_every_warning(tmp_path: Path, capsys) -> None:
+    """Issue 43: an export without an NVTX table gave four warnings of that one cause, and the page's box showed
+    only the reports' (not the reader's, the key node's or the options')."""
+    import html
+    import shutil
+    import sqlite3
+
+    export = tmp_path / "no_nvtx.sqlite"
+    shutil.copy(recording("cuda_basic"), export)
+    with sqlite3.connect(export) as db:
+        db.execute("DROP TABLE NVTX_EVENTS")
+    code = main([f"--nsys_database={export}", "--reports=all", "--formats=html", "-b", "--mode=tensorflow1",
+                 f"--output_path={tmp_path / 'out'}"])
+    assert code == 0
+    said = [line.removeprefix("dlagg: warning: ") for line in capsys.readouterr().err.splitlines()
+            if line.startswith("dlagg: warning: ")]
+    assert len(said) == 2, said  # the option given, and the missing NVTX ranges
+    assert len([w for w in said if "NVTX" in w and not w.startswith("--mode")]) == 1, said
+    box = re.search(r'<details class="warnings" open><summary>(.*?)</summary><ul>(.*?)</ul>',
+                    page_text(tmp_path / "out"))
+    assert box and box.group(1) == "2 warnings"
+    assert [html.unescape(w) for w in re.findall(r"<li>(.*?)</li>", box.group(2))] == said
+
+
+def test_per_rank_run_points_at_the_job_page_and_says_where_the_ranks_pages_are(tmp_path: Path, multi,
+                                                                                  capsys) -> None:
+    """The job's page is the one with the ranks section; with --per_rank the ranks' pages are written first
+    (issue 43: the run ended pointing at rank0/dlagg_report.html)."""
+    code = main([f"--nsys_database={multi('ddp2_gpt_per_rank')}", "--per_rank=true", "--reports=all",
+                 "--formats=html", "--suppress_tb_files=true", f"--output_path={tmp_path}"])
+    assert code == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if " in a browser" in x)
+    opened = Path(re.search(r"open (\S+) in a browser", line).group(1))
+    assert opened == tmp_path / "dlagg_report.html"
+    assert '<section id="ranks"' in opened.read_text(encoding="utf-8")
+    assert f"{tmp_path / 'rank0'} to rank1" in line  # where the ranks' own pages are
+    # whatever order the pages were written in
+    pages = [tmp_path / "rank1" / "r.html", tmp_path / "rank0" / "r.html", tmp_path / "r.html"]
+    assert WRITERS["html"].how_to_open(pages).startswith(f"open {tmp_path / 'r.html'} in a browser")
+
+
+def test_several_ranks_one_page_and_one_per_rank(tmp_path: Path, multi) -> None:
+    run(Options(nsys_database=str(multi("ddp2_gpt_per_rank")), reports=("summary", "kernel"), formats=("html",),
+                output_path=tmp_path, per_rank=True, suppress_tb_files=True, verbosity="quiet", workers=1))
     job = page_text(tmp_path)
     assert '<section id="ranks"' in job and '<section id="collectives"' in job
     for rank in (0, 1):

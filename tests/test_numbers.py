@@ -7,7 +7,6 @@ figures the issue quotes from DLProf v1.8's own output; never from dlagg's outpu
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from pathlib import Path
 
@@ -230,6 +229,44 @@ def test_cuda_calls_outside_every_range_are_unassociated_ops(tmp_path: Path) -> 
     assert kernels.loc["loose_kernel", "Op Name"] == "unassociated_cudaLaunchKernel_v7000"
 
 
+def test_unassociated_calls_are_one_op_per_occurrence_in_the_iteration(tmp_path: Path) -> None:
+    """DLProf 1.8's detailed report (MohanadOdema/DLProf, dlprof_detailed.csv) has two ops
+    ``CUDADEVICESYNCHRONIZE_V3020_1`` and ``_2``, one call each, for two cudaDeviceSynchronize calls outside
+    every range, numbered like the ``CUDA_n`` ops. GIVEN three steps, the first two followed by two such
+    calls (200 and 300 ns after step 0, 400 and 500 ns after step 1), each pair inside the next step's
+    iteration window (windows end at the key ranges' ends): the k-th call of an iteration is the op ``_k``."""
+    b = ExportBuilder()
+    for i, calls in enumerate([(200, 300), (400, 500), ()]):
+        t = 10_000 * i
+        b.range(t, t + 5000, "train_step")
+        b.range(t + 100, t + 2000, "forward")
+        b.launch(t + 200, t + 300, t + 400, t + 500, "k")
+        for k, length in enumerate(calls):
+            b.api(t + 6000 + 1000 * k, t + 6000 + 1000 * k + length, "cudaDeviceSynchronize_v3020")
+    out = cli(b.write(tmp_path / "two_syncs.sqlite"), tmp_path / "out")
+    table = csv_sections(out, "detailed")["All Iterations"].frame()
+    sync = table[table["Op Type"] == "cudaDeviceSynchronize_v3020"].set_index("Op ID")
+    assert sync.index.tolist() == ["CUDADEVICESYNCHRONIZE_V3020_1", "CUDADEVICESYNCHRONIZE_V3020_2"]
+    assert set(sync["Op Name"]) == {"unassociated_cudaDeviceSynchronize_v3020"}
+    assert sync["No. Calls"].tolist() == [2, 2]  # one call per iteration
+    assert sync["Total CPU Time (ns)"].tolist() == [200 + 400, 300 + 500]
+    # DLProf's row order: Op IDs as plain strings ("CUDADEVICE..." before "CUDA_1", 'D' < '_')
+    ids = table["Op ID"].tolist()
+    assert ids == sorted(ids)
+
+
+def test_detailed_rows_in_dlprofs_plain_string_order(tmp_path: Path) -> None:
+    """DLProf 1.8's dlprof_detailed.csv (MohanadOdema/DLProf) lists ``CUDA_1, CUDA_10, CUDA_11, CUDA_2``.
+    GIVEN one step with eleven ``cuda`` user ops (ranges named ``cuda`` enclosing nothing)."""
+    b = ExportBuilder()
+    b.range(0, 100_000, "train_step")
+    for k in range(11):
+        b.range(1000 + 1000 * k, 1500 + 1000 * k, "cuda")
+    out = cli(b.write(tmp_path / "eleven.sqlite"), tmp_path / "out")
+    ids = csv_sections(out, "detailed")["All Iterations"].frame()["Op ID"].tolist()
+    assert ids[:4] == ["CUDA_1", "CUDA_10", "CUDA_11", "CUDA_2"]
+
+
 def test_dlprof_export_unassociated_calls_are_the_sql_ones(tmp_path: Path) -> None:
     """On the DLProf export: the outermost CUDA calls that no NVTX range of their thread encloses (SQL)."""
     calls = dlprof_sql("""
@@ -371,7 +408,50 @@ def test_input_shapes_in_dlprofs_labelled_form() -> None:
     # the issue's example: a conv2d over a batch of 32 images 3x32x32, 6 filters 3x3, a bias of 6
     shapes = [labelled_shape("conv2d", k, s) for k, s in enumerate([(32, 3, 32, 32), (6, 3, 3, 3), (6,)])]
     assert "; ".join(shapes) == "<N:32, C:3, H:32, W:32>; <K:6, C:3, R:3, S:3>; <6>"
-    assert labelled_shape("linear", 0, (1, 10816)) == "<1, 10816>"
+    # a linear layer's input and weight, as DLProf 1.8's dlprof_iteration.csv (MohanadOdema/DLProf, w_Relu) labels
+    # them: "<N:32, K:400>; <M:120, K:400>; <120>"
+    shapes = [labelled_shape("linear", k, s) for k, s in enumerate([(32, 400), (120, 400), (120,)])]
+    assert "; ".join(shapes) == "<N:32, K:400>; <M:120, K:400>; <120>"
+    assert labelled_shape("linear", 0, (4, 7, 400)) == "<4, 7, 400>"  # DLProf's labels are for 2-D inputs
+
+
+def modop_marker(op: str, *args: object) -> str:
+    """A DLProf/PyProf {'mod','op','args'} marker: a tuple argument is a tensor's shape, a [name, value] list a
+    non-tensor argument (name '': positional)."""
+    out = []
+    for arg in args:
+        if isinstance(arg, tuple):
+            out.append({"name": "", "type": "tensor", "shape": arg, "dtype": "float32"})
+        else:
+            name, value = arg
+            out.append({"name": name, "type": type(value).__name__, "value": value})
+    return repr({"mod": "torch.nn.functional", "op": op, "args": out})
+
+
+def test_output_shapes_where_the_marker_determines_them(tmp_path: Path) -> None:
+    """DLProf 1.8 wrote Output Shapes for PyTorch (MohanadOdema/DLProf, w_Relu/dlprof_iteration.csv): conv2d of
+    <N:32, C:3, H:32, W:32> by <K:6, C:3, R:3, S:3> (nn.Conv2d's stride 1, padding 0) gives <N:32, K:6, P:30, Q:30>;
+    linear of <N:32, K:400> by <M:120, K:400> gives <N:32, M:120>. GIVEN those markers with the stride and
+    padding recorded (positionally), a conv2d with stride 2 and padding 1 by name (by hand: (32 + 2 - 3) // 2 + 1
+    = 16), and a conv2d whose marker records its tensors only (DLProf's plugin: stride and padding unknown)."""
+    b = ExportBuilder()
+    b.range(0, 100_000, "train_step")
+    markers = [modop_marker("conv2d", (32, 3, 32, 32), (6, 3, 3, 3), (6,), ["", (1, 1)], ["", (0, 0)]),
+               modop_marker("linear", (32, 400), (120, 400), (120,)),
+               modop_marker("conv2d", (32, 3, 32, 32), (6, 3, 3, 3), (6,), ["stride", 2], ["padding", 1]),
+               modop_marker("conv2d", (32, 3, 32, 32), (6, 3, 3, 3), (6,))]
+    for k, marker in enumerate(markers):
+        t = 1000 + 10_000 * k
+        b.range(t, t + 5000, marker)
+        b.launch(t + 100, t + 200, t + 300, t + 400, f"kernel{k}")
+    out = cli(b.write(tmp_path / "shapes.sqlite"), tmp_path / "out", reports="iteration")
+    table = csv_sections(out, "iteration")["Iteration Report"].frame().set_index("Kernel Name")
+    assert table.loc["kernel0", "Output Shapes"] == "<N:32, K:6, P:30, Q:30>"
+    assert table.loc["kernel1", "Output Shapes"] == "<N:32, M:120>"
+    assert table.loc["kernel1", "Input Shapes"] == "<N:32, K:400>; <M:120, K:400>; <120>"
+    assert table.loc["kernel2", "Output Shapes"] == "<N:32, K:6, P:16, Q:16>"
+    assert table.loc["kernel3", "Output Shapes"] == ""  # not determined: not invented
+    assert (table["Parameters"] == "").all()
 
 
 def test_dlprof_export_iteration_report_columns(tmp_path: Path) -> None:
@@ -380,6 +460,8 @@ def test_dlprof_export_iteration_report_columns(tmp_path: Path) -> None:
     # DLProf's columns, in its order (reference section 1.4)
     assert list(table.columns)[-5:] == ["Data Types", "Input Shapes", "Parameters", "Output Shapes",
                                         "Long Kernel Name"]
+    # the markers of this export record tensors only (no stride or padding) and its linear layer's shapes do not
+    # fit ((1, 10816) by (120, 400): the run failed there), so no output shape is determined (docs/ops.md)
     assert (table["Parameters"] == "").all() and (table["Output Shapes"] == "").all()
     # the first conv2d's marker: input (1, 3, 32, 32), weight (6, 3, 3, 3), bias (6,) (SQL)
     (marker,) = dlprof_sql("SELECT text FROM NVTX_EVENTS WHERE text LIKE ? ORDER BY start LIMIT 1",
@@ -428,8 +510,10 @@ def test_dlprof_export_row_orders(tmp_path: Path) -> None:
     out = cli(need(DLPROF), tmp_path / "out")
     detail = csv_sections(out, "detailed")["All Iterations"].frame()
     ids = detail["Op ID"].tolist()
-    key = [(re.sub(r"_\d+$", "", i), int(re.search(r"(\d+)$", i).group(1))) for i in ids]
-    assert key == sorted(key) and ids.index("CUDA_2") < ids.index("CUDA_10")  # by Op ID, ordinals as numbers
+    # DLProf 1.8's dlprof_detailed.csv of this model (MohanadOdema/DLProf): Op IDs as plain strings,
+    # "CONV2D_2", "CUDADEVICESYNCHRONIZE_V3020_1", "CUDA_1", "CUDA_10", "CUDA_11", "CUDA_2"
+    assert ids == sorted(ids) and ids.index("CUDA_10") < ids.index("CUDA_2")
+    assert ids.index("CUDADEVICESYNCHRONIZE_V3020_1") < ids.index("CUDA_1")
     op_types = csv_sections(out, "op_type")["Op Type Summary Report"].frame()["Op Type"].tolist()
     assert op_types == sorted(op_types)
     kernel = csv_sections(out, "kernel")["Kernel Report"].frame().fillna("")
@@ -483,22 +567,56 @@ def test_gpu_utilization_is_one_figure_in_summary_and_expert_text(tmp_path: Path
     same definition: time with a kernel running) for the aggregated iterations and for its median one."""
     out = cli(recording("resnet_amp"), tmp_path / "out", reports="summary,expert_systems")
     summary = csv_sections(out, "summary")["Summary Report"].values()
-    finding = csv_sections(out, "expert_systems")["Expert Systems Feedback"].frame().set_index("Detector").loc[
+    finding = csv_sections(out, "expert_systems_detail")["Expert Systems Feedback"].frame().set_index("Detector").loc[
         "underutilized_gpu"]
     assert f"GPU Utilization {summary['GPU Utilization %']:.1f}%" in finding["Evidence"]
     per = json_table(out, "summary", "iterations")
     per = per[per["aggregated"]]
     median = float(np.median(per["gpu_busy_ns"] / per["duration_ns"]))
-    assert f"GPU Utilization is {100 * median:.1f}% in a typical iteration" in finding["Problem"]
+    assert f"GPU Utilization is {summary['GPU Utilization %']:.1f}% (the summary's figure" in finding["Problem"]
+    assert f"{100 * median:.1f}% in a typical iteration" in finding["Problem"]
     assert "kernels or copies) running" not in finding["Problem"]  # the old second GPU-busy figure
 
 
 def test_tensor_core_utilization_is_one_figure_in_summary_and_expert_text(tmp_path: Path) -> None:
     out = cli(recording("resnet_fp32"), tmp_path / "out", reports="summary,expert_systems")
     summary = csv_sections(out, "summary")["Summary Report"].values()
-    amp = csv_sections(out, "expert_systems")["Expert Systems Feedback"].frame().set_index("Detector").loc["amp"]
+    amp = csv_sections(out, "expert_systems_detail")["Expert Systems Feedback"].frame().set_index("Detector").loc["amp"]
     assert f"summary: Tensor Core Kernel Utilization % {summary['Tensor Core Kernel Utilization %']:.1f}" in amp[
         "Evidence"]
+
+
+def test_tensor_core_utilization_row_is_always_written_and_the_warning_says_why(tmp_path: Path) -> None:
+    """DLProf's summary has the row `Tensor Core Kernel Utilization %` in every file (reference section 1.4).
+    GIVEN a run without NVTX ranges (no op, so no Tensor-Core-eligible op) whose kernels are a Tensor Core GEMM
+    of 300 ns and another kernel of 100 ns: the row is there, 0.0 (the TC share of eligible ops' kernel time,
+    which has none), and the warning says so and quotes the Tensor Core share of all kernel time,
+    300 / (300 + 100) = 75.0 %, instead of reading as "no Tensor Core work"."""
+    b = ExportBuilder()
+    b.launch(100, 200, 1000, 1300, "sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32_stage4_warpsize2x2x1_"
+             "tensor16x8x16_kernel")
+    b.launch(300, 400, 2000, 2100, "elementwise_kernel")
+    out = cli(b.write(tmp_path / "no_ranges.sqlite"), tmp_path / "out", reports="summary")
+    sections = csv_sections(out, "summary")
+    assert sections["Summary Report"].values()["Tensor Core Kernel Utilization %"] == 0.0
+    kernels = sections["All Kernels"].frame().set_index("")
+    assert kernels.loc["Kernels using TC", "GPU Time (ns)"] == 300  # premise: the GEMM counts as a TC kernel
+    (warning,) = [w for w in json_warnings(out, "summary") if "Tensor Core Kernel Utilization" in w]
+    assert "is 0.0 by definition, not a measure of Tensor Core use" in warning
+    assert "75.0% of all kernel time ran in Tensor Core kernels" in warning
+
+
+def test_ranks_no_eligible_lines_of_the_tensor_report_become_one() -> None:
+    """Each rank's line quotes its own Tensor Core share (hand-built: 75.0 % and 10.0 %): a job's tensor report
+    says the cause once, without a rank's share, keeping the count of ops of other types using Tensor Cores."""
+    from dlagg.reports.base import Report
+    from dlagg.reports.detail import no_eligible_warning
+    from dlagg.reports.tensor_core import _job_warnings
+
+    ranks = [Report("tensor", "tensor_core", (), warnings=("tensor: " + no_eligible_warning(2, 75.0), "other")),
+             Report("tensor", "tensor_core", (), warnings=("tensor: " + no_eligible_warning(0, 10.0),))]
+    assert _job_warnings(ranks) == ("tensor: " + no_eligible_warning(2), "other")
+    assert _job_warnings(ranks[:1]) == ranks[0].warnings  # one rank: its own line, word for word the summary's
 
 
 def test_no_warning_contradicts_the_report(tmp_path: Path) -> None:
@@ -672,10 +790,9 @@ def test_two_ranks_combine_the_new_figures(multi, tmp_path: Path) -> None:
     job = cli(",".join(str(f) for f in files), tmp_path / "job", "--workers=1")
     alone = [cli(f, tmp_path / f.stem) for f in files]
     groups = [csv_sections(o, "group_op")["Group Op Report"].frame().set_index("Name") for o in (job, *alone)]
-    for column in ("Num Calls Aggregated", "Total CPU Time (ns, sum over 2 ranks)"):
-        one = column.replace(", sum over 2 ranks", "")
+    for column in ("Num Calls Aggregated", "Total CPU Time (ns)"):
         for row in ("/", "_CompleteModel_"):
-            assert groups[0].loc[row, column] == groups[1].loc[row, one] + groups[2].loc[row, one]
+            assert groups[0].loc[row, column] == groups[1].loc[row, column] + groups[2].loc[row, column]
     # per iteration over the job: iteration i of both ranks adds up, so the job's per-iteration maximum
     # is at most the sum of the ranks' maxima
     assert groups[0].loc["/", "Max CPU Time (ns)"] <= groups[1].loc["/", "Max CPU Time (ns)"] + groups[2].loc[

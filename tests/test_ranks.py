@@ -42,7 +42,8 @@ from .conftest import text_kept_as
 ONE = "ddp2_gpt_one_session"
 PER = "ddp2_gpt_per_rank"
 STEPS = 12  # profiled train_step ranges per rank (fixture README)
-COLUMNS = ["Rank", "File", "PID", "GPU", "Iterations", "Avg Iteration Time (ns)", "Compute Kernel Time (ns)",
+COLUMNS = ["Rank", "File", "PID", "GPU", "Iterations", "Avg Iteration Time (ns)", "GPU Utilization %",
+           "Compute Kernel Time (ns)",
            "Communication Kernel Time (ns)", "Communication Wait Time (ns)", "Exposed Communication Time (ns)",
            "GPU Idle Time (ns)", "Launch Lateness (ns)", "Clock Offset (ns)"]
 NCCL = "ncclDevKernel_%"
@@ -203,28 +204,24 @@ def test_per_rank_files_are_aligned_by_session_start_and_collectives(outputs, mu
     assert one["clock_offset_ns"].tolist() == [0, 0]  # one session, one clock
 
 
-def test_straggler_is_the_rank_the_others_wait_for(outputs, multi) -> None:
+def test_a_rank_that_arrives_last_but_costs_the_step_little_is_no_straggler(outputs, multi) -> None:
+    """Rank 1 arrives last at most collectives here and rank 0's GPU waits for it in NCCL kernels, but the step is
+    host-bound: rank 0's host works about as long on its own, so the step would hardly gain from a faster rank 1
+    (issue: the shared ddp2_gpt_* recordings are balanced). No straggler finding (the straggler recording's own
+    test: tests/test_trust.py)."""
     pairs = paired(multi(PER))
     late = int(pairs.groupby("rank")["last"].sum().idxmax())
     assert late == 1  # fixture README: rank 0 waits for rank 1 (181 ms vs 73 ms in NCCL kernels)
-    findings = dlprof_csv.table(outputs[PER] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
-    straggler = findings[findings["Detector"] == "straggler"].iloc[0]
-    assert straggler["Problem"].startswith(f"Rank {late} is a straggler")
-    assert f"GPU {late}" in straggler["Evidence"] and f"ddp2_gpt_per_rank_rank{late}.sqlite" in straggler["Evidence"]
-    assert "sub-range" in straggler["Evidence"]  # names where in its step it loses the time
-    iteration = float(dlprof_csv.read(outputs[PER] / "dlagg_summary.csv")["Iterations"].values()[
-        "Average Iteration Time (ns)"])
-    assert 0 < straggler["Time At Stake Per Iteration (ns)"] <= iteration
+    findings = dlprof_csv.table(outputs[PER] / "dlagg_expert_systems_detail.csv", "Expert Systems Feedback")
+    assert "straggler" not in set(findings["Detector"])
 
 
 @pytest.mark.parametrize("name", [ONE, PER])
 def test_every_finding_of_a_job_has_its_severity(outputs, name: str) -> None:
     """docs/expert_systems.md: high from 25 % of a typical iteration at stake, medium from 5 %, else low; the
     typical iteration lies between the ranks' average iteration times (the ranks report)."""
-    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
+    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems_detail.csv", "Expert Systems Feedback")
     averages = dlprof_csv.table(outputs[name] / "dlagg_ranks.csv")["Avg Iteration Time (ns)"]
-    if name == PER:  # rank 0 waits for rank 1 (fixture README): the job's own finding is there
-        assert "straggler" in set(findings["Detector"])
 
     def rule(share: float) -> str:
         return "high" if share >= 0.25 else "medium" if share >= 0.05 else "low"
@@ -239,7 +236,7 @@ def test_every_finding_of_a_job_has_its_severity(outputs, name: str) -> None:
 
 @pytest.mark.parametrize("name", [ONE, PER])
 def test_no_advice_meant_for_compute_kernels_goes_to_nccl(outputs, name: str) -> None:
-    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems.csv", "Expert Systems Feedback")
+    findings = dlprof_csv.table(outputs[name] / "dlagg_expert_systems_detail.csv", "Expert Systems Feedback")
     for row in findings.itertuples(index=False):
         if "nccl" in str(row.Kernels).lower():
             assert "Tensor Core" not in row.Recommendation and "cudnn" not in row.Recommendation.lower()
@@ -270,7 +267,7 @@ def test_ranks_reports_are_released_once_merged_and_the_job_reports_stay_the_sam
     kept = pipeline_run(replace(options, per_rank=True, output_path=tmp_path / "kept"))
     assert all(set(r.reports) == {b.name for b in result.reports} - {"ranks", "collectives"} for r in kept.ranks)
     files = sorted(p.name for p in tmp_path.glob("*.*"))
-    assert len(files) == 20
+    assert len(files) == 21  # 10 reports x (csv, json), and the expert systems' detail CSV
     for name in files:
         assert (tmp_path / name).read_bytes() == (outputs[PER] / name).read_bytes(), name
 
@@ -283,7 +280,7 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         assert main([*args, f"--scheduler={cluster.scheduler_address}", f"--output_path={tmp_path / 'dask'}"]) == 0
     expected = {p.name: p.read_bytes() for p in (tmp_path / "one").iterdir()}
-    assert len(expected) == 20
+    assert len(expected) == 21  # 10 reports x (csv, json), and the expert systems' detail CSV
     for other in ("pool", "dask"):
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
@@ -677,16 +674,23 @@ def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(mul
 
 
 def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "", starts: Path | None = None,
-                    seconds: float = 0.02) -> SimpleNamespace:
+                    seconds: float = 0.02, known: Path | None = None) -> SimpleNamespace:
     """Stands for reduce_rank (picklable, for the pool's workers): a rank's figures, and which process made them;
-    raises in the process `fail_in` names (this process, or a worker process), saying when (the system-wide
-    monotonic clock). `starts`: a folder where each rank notes when it started."""
+    raises in the process `fail_in` names (this process, or a worker process). `starts`: a folder where each rank
+    notes that it started, and whether the map knew of a failure then (the file `known` exists: written once the map
+    has taken the failure in); a rank that does not fail then ends only once the map knows (or after a minute), so
+    that no rank ends, and no lane asks for another, between a failure and the map knowing of it."""
     here = "this process" if os.getpid() == parent else "a worker process"
     if starts is not None:
-        (starts / str(source.rank)).write_text(repr(time.monotonic()))
+        after = known is not None and known.exists()
+        (starts / str(source.rank)).write_text(f"{here}: {'after' if after else 'before'} the failure was known")
     time.sleep(seconds)  # a rank takes a while: both lanes get some
     if here == fail_in:
-        raise ValueError(f"rank {source.rank}: cannot read it (failed at {time.monotonic()!r})")
+        raise ValueError(f"rank {source.rank}: cannot read it")
+    if known is not None:
+        waited = time.monotonic()
+        while not known.exists() and time.monotonic() - waited < 60:
+            time.sleep(0.002)
     return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=seconds, peak_mb=1.0,
                            reduced_by=here)
 
@@ -769,23 +773,48 @@ def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
 
 
 @pytest.mark.parametrize("fail_in", ["this process", "a worker process"])
-def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: Path) -> None:
+def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank that fails, in this process or in the pool's worker, raises its own error once the other lane has
-    ended the ranks it had; no lane starts another rank after it. Timed by when each rank started against when the
-    failure happened (not by how many ranks ended: this process may reduce many before the worker is up)."""
-    rank_seconds = 0.05
+    ended the ranks it had; no lane starts another rank after it. Ordered by events, not timed (it failed under
+    load when timed): the map taking the failure in writes a file, every rank notes whether that file existed when
+    it started, and the ranks that do not fail end only once it exists. Once the map knows, no lane takes another
+    rank: the only ones that may still start are those the worker was given before (the one it is on, the one
+    ahead: pool.shared_map)."""
+    from dlagg import pool as pool_module
+
+    known = tmp_path / "failure_known"
+    starts = tmp_path / "starts"
+    starts.mkdir()
+    fail = pool_module._Queue.fail
+
+    def fail_and_say(self: object, exc: BaseException) -> None:
+        fail(self, exc)  # type: ignore[arg-type]
+        known.touch()
+
+    take = pool_module._Queue.take
+    taken_after: list[int] = []
+
+    def take_and_check(self: object, ahead: bool) -> object:
+        was_known = known.exists()  # (before: a failure the map takes in meanwhile is no bug)
+        taken = take(self, ahead)  # type: ignore[arg-type]
+        if taken is not None and was_known:
+            taken_after.append(taken[1].rank)
+        return taken
+
+    monkeypatch.setattr(pool_module._Queue, "fail", fail_and_say)
+    monkeypatch.setattr(pool_module._Queue, "take", take_and_check)
     sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(40)]
     job = SimpleNamespace(sources=tuple(sources))
     with local_pool(2, [s.share for s in sources]) as pool:
         pool.submit(os.getpid).result()  # the worker process is up: both lanes start at once
-        with pytest.raises(ValueError, match=r"rank \d+: cannot read it") as raised:
-            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in, starts=tmp_path,
-                                   seconds=rank_seconds), log=Log(DETAILED, io.StringIO()),
+        with pytest.raises(ValueError, match=r"rank \d+: cannot read it"):
+            map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in, starts=starts,
+                                   seconds=0.01, known=known), log=Log(DETAILED, io.StringIO()),
                       pool=pool)  # type: ignore[arg-type]
-    failed_at = float(str(raised.value).rsplit("failed at ", 1)[1].rstrip(")"))
-    started = {int(p.name): float(p.read_text()) for p in tmp_path.iterdir()}
-    # Going on after the failure, the lanes would start a rank every 25 ms for another second; stopping, they end
-    # what they have (this process its rank, the worker's feeder at most two) within a few ranks' time.
-    late = sorted(rank for rank, at in started.items() if at > failed_at + 10 * rank_seconds)
-    assert not late, f"ranks started after the failure: {late}"
-    assert len(started) < len(sources)
+    assert known.exists() and taken_after == []  # no lane took a rank once the map knew of the failure
+    started = {int(p.name): p.read_text() for p in starts.iterdir()}
+    late = sorted(rank for rank, note in started.items() if "after" in note)
+    # started later: only ranks the worker was given before (the one it was on, the one ahead)
+    assert len(late) <= 2 and all(started[r].startswith("a worker process") for r in late), started
+    assert len(started) <= 3, started  # this process's one rank (failed, or held until the map knew), the worker's

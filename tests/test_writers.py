@@ -132,3 +132,18 @@ def test_the_written_line_names_each_folder_once() -> None:
     assert written_line(written) == ("wrote 8 files: /out: p_summary.csv, p_kernel.csv; 3 folders in /out (rank0 to "
                                      "rank2): p_summary.csv; 3 folders under /out/event_files/p: events.x")
     assert written_line([out / "p_summary.csv"]) == "wrote 1 file: /out: p_summary.csv"
+
+
+def test_expert_systems_detail_csv_is_a_target_of_the_csv_writer(tmp_path: Path) -> None:
+    """The expert systems' second CSV (every column; DLProf's file keeps two) counts as an output of the report:
+    an existing one stops a run without --force, as the report's own file does."""
+    from dlagg.errors import OutputError
+    from dlagg.writers import WRITERS
+
+    names = [p.name for p in WRITERS["csv"].targets(["summary", "expert_systems"], tmp_path, "run")]
+    assert names == ["run_summary.csv", "run_expert_systems.csv", "run_expert_systems_detail.csv"]
+    assert [p.name for p in WRITERS["csv"].targets(["summary"], tmp_path, "run")] == ["run_summary.csv"]
+    (tmp_path / "dlagg_expert_systems_detail.csv").write_text("old\n")
+    with pytest.raises(OutputError, match="expert_systems_detail.csv: already exists"):
+        run(Options(nsys_database=recording("cuda_basic"), reports=("expert_systems",), formats=("csv",),
+                    output_path=tmp_path, suppress_tb_files=True, verbosity="quiet"))

@@ -58,7 +58,9 @@ def operation(short_name: str) -> str:
     return match.group(1) if match else short_name
 
 
-ITERATION_COLUMNS = ("iteration", "duration", "compute", "comm", "exposed", "idle")  # RankComm.iterations' columns
+# RankComm.iterations' columns; "kernels": time a kernel runs (GPU Utilization's), "blocked": the host's time in
+# calls that wait for the GPU
+ITERATION_COLUMNS = ("iteration", "duration", "compute", "comm", "exposed", "idle", "kernels", "blocked")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ def _per_iteration(ctx: RankContext, comm: np.ndarray) -> pd.DataFrame:
     work = ctx.work
     kernel = work["kind"].to_numpy() == KERNEL
     devices = np.unique(work["device_id"].to_numpy()) if len(work) else np.zeros(0, np.int64)
-    sums = np.zeros((4, len(starts)), dtype=np.float64)
+    sums = np.zeros((5, len(starts)), dtype=np.float64)
     start, end = work["start"].to_numpy(), work["end"].to_numpy()
 
     def covered(mask: np.ndarray) -> np.ndarray:
@@ -189,13 +191,14 @@ def _per_iteration(ctx: RankContext, comm: np.ndarray) -> pd.DataFrame:
         communication = covered(on & comm)
         kernels = covered(on & kernel)
         busy = covered(on)
-        sums += np.stack((compute, communication, kernels - compute, (ends - starts) - busy))
+        sums += np.stack((compute, communication, kernels - compute, (ends - starts) - busy, kernels))
     if len(devices):
         sums /= len(devices)
     else:
         sums[3] = ends - starts
-    return pd.DataFrame(dict(zip(ITERATION_COLUMNS, (np.arange(its.start, its.stop + 1), ends - starts, *sums),
-                                 strict=True)))
+    blocked = ctx.host_blocked_per_window(starts, ends).astype(np.float64)
+    return pd.DataFrame(dict(zip(ITERATION_COLUMNS, (np.arange(its.start, its.stop + 1), ends - starts, *sums,
+                                                     blocked), strict=True)))
 
 
 def _parts(ctx: RankContext) -> pd.DataFrame:

@@ -35,20 +35,9 @@ from ..model import rows_where
 from ..ops.assign import union_by_group
 from ..reader.schema import PID_MASK
 from ..timeline import intervals
-from ..timeline.correlate import KERNEL, contains, packed_keys
+from ..timeline.correlate import KERNEL
 from .base import quoted
 
-# Host calls that wait for the GPU (runtime and driver API, without nsys' _vNNNN suffix);
-# cudaThreadSynchronize is the old name of cudaDeviceSynchronize.
-SYNC_CALL = r"cu(?:da)?(?:Device|Ctx|Stream|Event|Thread)Synchroni[sz]e"
-# Copies without "Async" return only when the copy is done.
-BLOCKING_COPY_CALL = r"cudaMemcpy(?:2D|3D|Peer)?(?:ToSymbol|FromSymbol)?|cuMemcpy(?:DtoH|HtoD|DtoD|2D|3D|Peer)?(?:_v2)?"
-# ENUM_CUPTI_SYNC_TYPE values where the host waits: 1 event sync, 3 stream sync, 4 context
-# sync (2, stream-wait-event, is a GPU-side wait that does not block the host).
-HOST_BLOCKING_SYNC_TYPES = (1, 3, 4)
-# Calls that only make a stream wait on the GPU. nsys 2022.4 labels their CUPTI records as
-# stream syncs (type 3) in our recordings, so they are excluded by name.
-GPU_SIDE_WAIT = r"cu(?:da)?StreamWaitEvent"
 # Kernels of torch.compile's Inductor backend (and hand-written Triton): triton_poi_/triton_red_/...
 TRITON_KERNEL = r"(?i)^(?:void )?triton_|^triton"
 GRAPH_LAUNCH_CALL = r"cu(?:da)?GraphLaunch"
@@ -176,24 +165,9 @@ class Facts:
             out[mine] = (block >= 0) & (t[mine] <= e[np.maximum(block, 0)])  # ... and had not returned
         return out
 
-    @cached_property
+    @property
     def blocking_calls(self) -> pd.DataFrame:
-        """Runtime/driver calls in which the host waited for the GPU, on threads that launch GPU work:
-        synchronising calls and blocking copies by name, and any call with a CUPTI synchronisation
-        record of a host-blocking type."""
-        runtime = self.profile.runtime
-        ids = np.concatenate((self.runtime_ids_matching(SYNC_CALL), self.runtime_ids_matching(BLOCKING_COPY_CALL)))
-        blocking = np.isin(runtime["name_id"].to_numpy(), ids)
-        sync = self.profile.sync
-        waits = sync[np.isin(sync["sync_type"].to_numpy(), HOST_BLOCKING_SYNC_TYPES)]
-        pid = runtime["global_tid"].to_numpy() & PID_MASK
-        wait_keys, call_keys = packed_keys(waits["global_pid"].to_numpy(), waits["correlation_id"].to_numpy(),
-                                           pid, runtime["correlation_id"].to_numpy())
-        waited = contains(np.unique(wait_keys), call_keys)
-        blocking |= waited & ~np.isin(runtime["name_id"].to_numpy(), self.runtime_ids_matching(GPU_SIDE_WAIT))
-        launchers = np.unique(self.ctx.work["api_tid"].to_numpy())
-        blocking &= np.isin(runtime["global_tid"].to_numpy(), launchers)
-        return runtime[blocking]
+        return self.ctx.blocking_calls
 
     @cached_property
     def selected_rows(self) -> pd.DataFrame:
@@ -269,16 +243,12 @@ class Facts:
 
     # ---- names ----
 
-    @cached_property
+    @property
     def runtime_names(self) -> pd.Series:
-        """Runtime/driver API name per name id, without nsys' version suffix (``_v3020``)."""
-        ids = np.unique(self.profile.runtime["name_id"].to_numpy())
-        names = self.profile.strings.decode(pd.Series(ids)).str.replace(r"_v\d+$", "", regex=True)
-        return pd.Series(names.to_numpy(), index=ids)
+        return self.ctx.runtime_names
 
     def runtime_ids_matching(self, pattern: str) -> np.ndarray:
-        names = self.runtime_names
-        return names.index[names.str.fullmatch(pattern).to_numpy(dtype=bool)].to_numpy()
+        return self.ctx.runtime_ids_matching(pattern)
 
     @cached_property
     def kernel_labels(self) -> pd.Series:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..classify import DATALOADER_RANGE
+from ..classify import DATALOADER_RANGE, KernelFamily, kernel_family
 from ..comm.collectives import comm_kernel_mask
 from ..timeline.breakdown import CLASS_LABELS
 from .base import MEDIUM_SHARE, Finding, detector, iteration_list, ms, pct, require
@@ -68,9 +68,9 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
     summary = ", ".join(f"{CLASS_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
     return [Finding(
         detector="underutilized_gpu",
-        problem=(f"The GPU is underutilized: GPU Utilization is {utilization:.1%} in a typical iteration (share of "
-                 f"the time with a kernel running, averaged over GPUs); the largest part of the time without GPU "
-                 f"work is {IDLE_CLASSES[largest]}"),
+        problem=(f"The GPU is underutilized: GPU Utilization is {overall:.1%} (the summary's figure: share of the "
+                 f"time a kernel runs{_over_gpus(facts)}), {utilization:.1%} in a typical iteration; the largest part "
+                 f"of the time without GPU work is {IDLE_CLASSES[largest]}"),
         recommendation=IDLE_ADVICE[largest],
         evidence=(f"GPU Utilization of the median iteration {utilization:.1%}; summary over {facts.iterations_label}: "
                   f"GPU Utilization {overall:.1%}, {summary}; "
@@ -81,6 +81,12 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
                   "shorter than its GPU work"),
         iterations=iteration_list(low),
     )]
+
+
+def _over_gpus(facts: Facts) -> str:
+    """How the figure combines a rank's GPUs: said only where it has several."""
+    gpus = len(np.unique(facts.ctx.work["device_id"].to_numpy()))
+    return f", averaged over its {gpus} GPUs" if gpus > 1 else ""
 
 
 @detector("input_pipeline")
@@ -135,6 +141,24 @@ def input_pipeline(facts: Facts) -> list[Finding]:
     )]
 
 
+def kernel_advice(facts: Facts, top: pd.DataFrame, top_ids: pd.Index) -> list[str]:
+    """Advice that fits the top kernels, one step per kernel family (classify.KERNEL_FAMILIES) naming which of the
+    kernels it is for: cudnn.benchmark for cuDNN convolutions, shapes and precision for GEMMs, fusion for elementwise
+    kernels (issue 43: nvjet GEMMs were told to set cudnn.benchmark)."""
+    first = pd.Series(top["name_id"].to_numpy(), index=facts.short_ids(top)).groupby(level=0, sort=False).first()
+    families: dict[KernelFamily, list[int]] = {}
+    for place, short_id in enumerate(top_ids, start=1):  # three kernels at most
+        family = kernel_family(f"{facts.kernel_names.get(first[short_id], '')} {facts.label_of(top, short_id)}")
+        if family is not None:
+            families.setdefault(family, []).append(place)
+    steps = []
+    for family, places in families.items():
+        which = ("" if len(places) == len(top_ids) else  # (of three kernels, two at most: "1 and 3")
+                 f" (kernel{'s' if len(places) > 1 else ''} {' and '.join(map(str, places))} above)")
+        steps.append(f"{family.name}{which}: {family.advice}")
+    return steps
+
+
 @detector("dominant_kernels")
 def dominant_kernels(facts: Facts) -> list[Finding]:
     """A few kernels take most of the GPU time: say which, with their share of the GPU time and of the
@@ -163,12 +187,7 @@ def dominant_kernels(facts: Facts) -> list[Finding]:
     short = text.split("; and ")[0]
     tc_rows = pd.Series(facts.ctx.uses_tc(top["name_id"].to_numpy()), index=facts.short_ids(top))
     uses_tc = tc_rows.groupby(level=0).any().to_numpy(dtype=bool)
-    steps = []
-    if not uses_tc.all():
-        steps.append("check that they use Tensor Cores at reduced precision (kernel report, Uses TC) and that their "
-                     "shapes are multiples of 8")
-    steps += ["try torch.backends.cudnn.benchmark = True or another algorithm for convolutions",
-              "profile them with Nsight Compute (ncu -k <name>)"]
+    steps = [*kernel_advice(facts, top, top_ids), "profile them with Nsight Compute (ncu -k <name>)"]
     return [Finding(
         detector="dominant_kernels",
         problem=(f"{len(top_ids)} kernel(s) take {share:.1%} of the GPU time and {pct(top_time, wall)} of the wall "

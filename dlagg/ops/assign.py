@@ -6,7 +6,7 @@ Contract: ``find_ops(profile, iterations, work, uses_tc, domains) -> Ops`` where
   ``key`` (int, the op it is an instance of), ``iteration``, ``start``, ``end``, ``global_tid``,
   ``nvtx_row`` (its NVTX row id), ``emit`` (an emit_nvtx range: its input shapes are read on demand,
   ``Profile.nvtx_details``), ``path`` (group path, ``/`` or ``/forward/``...), ``data_types``,
-  ``input_shapes`` (of dict markers), ``stack``,
+  ``input_shapes`` and ``output_shapes`` (of dict markers), ``stack``,
   and the §1.5 figures ``cpu`` (range duration), ``gpu`` (union of its GPU intervals), ``gpu_idle``
   (span of its GPU work minus ``gpu``), ``api`` (union of the CUDA API calls made inside it on its
   thread), ``cpu_overhead`` (``cpu - api``), plus ``kernels``, ``tc_kernels``, ``kernel_time``,
@@ -71,8 +71,11 @@ from .tree import Forest, index_dtype
 
 DIRECTIONS = ("", mk.FPROP, mk.BPROP)  # direction codes of the instance table
 INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",
-                    "input_shapes", "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead", "kernels", "tc_kernels",
+                    "input_shapes", "output_shapes", "stack", "cpu", "gpu", "gpu_idle", "api", "cpu_overhead",
+                    "kernels", "tc_kernels",
                     "kernel_time", "tc_kernel_time")
+# The instance columns of text (categorical: codes, never a string per row).
+TEXT_COLUMNS = ("path", "data_types", "input_shapes", "output_shapes", "stack")
 # The per-instance kernel counts and times (`_work_figures`), the last of INSTANCE_COLUMNS.
 KERNEL_COLUMNS = INSTANCE_COLUMNS[-4:]
 
@@ -134,7 +137,7 @@ def _op_id_stem(op_type: str) -> str:
 
 
 def empty_ops(work_rows: int, warnings: tuple[str, ...] = ()) -> Ops:
-    text = ("path", "data_types", "input_shapes", "stack")
+    text = TEXT_COLUMNS
     instances = pd.DataFrame({c: pd.Series(categorical(np.empty(0, np.int64), [])) if c in text
                               else pd.Series(dtype=bool if c == "emit" else np.int64) for c in INSTANCE_COLUMNS})
     ops = pd.DataFrame({"op_id": pd.Series(dtype=object), "op_name": pd.Series(dtype=object),
@@ -357,10 +360,11 @@ UNASSOCIATED = "unassociated_"
 
 def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work: pd.DataFrame,
                        uses_tc: Callable[[np.ndarray], np.ndarray], loose: np.ndarray) -> Ops:
-    """`ops` with DLProf's ops for CUDA calls outside every NVTX range: one op per API name,
-    ``unassociated_<api>`` (op type: the API name; no direction, data type or group path), one call per
-    API call, with the GPU work it launched. They count in All Ops and the group report's
-    ``_CompleteModel_`` row, not under ``/``."""
+    """`ops` with DLProf's ops for CUDA calls outside every NVTX range, named ``unassociated_<api>`` (op type:
+    the API name; no direction, data type or group path), with the GPU work each call launched. As DLProf 1.8
+    (its ``CUDADEVICESYNCHRONIZE_V3020_1`` and ``_2`` are two ops of one call each), an op is the k-th call of
+    an API within its iteration and process, like the ``CUDA_n`` ops of ranges: one call per iteration. They
+    count in All Ops and the group report's ``_CompleteModel_`` row, not under ``/``."""
     api = profile.runtime
     calls = np.flatnonzero(loose)
     # calls outside every iteration window belong to no iteration whatever the range aggregated: no op
@@ -371,11 +375,10 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
     start = api["start"].to_numpy()[calls]
     end = api["end"].to_numpy()[calls]
     n_old, base = len(ops.instances), int(ops.ops.index.max()) + 1 if len(ops.ops) else 0
-    # one op per API name, numbered in order of first call
-    first = pd.DataFrame({"name": name_id, "start": start}).groupby("name", sort=False)["start"].min().sort_values(
-        kind="stable")
-    key = base + pd.Series(np.arange(len(first)), index=first.index).reindex(name_id).to_numpy()
-    api_names = profile.strings.decode(first.index.to_numpy()).to_numpy(dtype=object)
+    occurrence, first = _unassociated_keys(name_id, start, iterations.assign(start),
+                                           api["global_tid"].to_numpy()[calls] & PID_MASK)
+    key = base + occurrence
+    api_names = profile.strings.decode(first["name"].to_numpy()).to_numpy(dtype=object)
     api_names = np.where(api_names == "", "unknown", api_names)
     # their GPU work: launched by these calls (and not already an op's)
     instance_of_row = np.full(len(api) + 1, -1, dtype=np.int64)
@@ -398,6 +401,7 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
         "path": blank,  # no group path: not under "/"
         "data_types": blank,
         "input_shapes": blank,
+        "output_shapes": blank,
         "stack": blank,
         "cpu": cpu,
         "gpu": figures["gpu"],
@@ -408,23 +412,38 @@ def _with_unassociated(ops: Ops, profile: Profile, iterations: Iterations, work:
     })
     table = _unassociated_ops(ops.ops, first, api_names, base)
     joined = pd.concat([ops.instances, instances], ignore_index=True)
-    for column in ("path", "data_types", "input_shapes", "stack"):  # categorical: codes, never a string per row
+    for column in TEXT_COLUMNS:  # categorical: codes, never a string per row
         joined[column] = union_categoricals([ops.instances[column].array, instances[column].array])
     return Ops(joined[list(INSTANCE_COLUMNS)], table[ops.ops.columns], work_instance, ops.warnings)
 
 
-def _unassociated_ops(table: pd.DataFrame, first: pd.Series, api_names: np.ndarray, base: int) -> pd.DataFrame:
-    """The op table `table` with an ``unassociated_<api>`` op per API name (`first`: its first call's start,
-    in key order from `base` on), all renumbered by first appearance."""
+def _unassociated_keys(name_id: np.ndarray, start: np.ndarray, iteration: np.ndarray,
+                       pid: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per loose call, its op (0..): the (API name, occurrence) pair, the occurrence counted by start within the
+    call's iteration and process, so that the k-th ``cudaDeviceSynchronize`` of every iteration is one op; and
+    per op (in op order, by first call), its API name id, occurrence and first call's start."""
+    frame = pd.DataFrame({"name": name_id, "iteration": iteration, "pid": pid, "start": start})
+    order = np.argsort(start, kind="stable")
+    occ = np.empty(len(frame), dtype=np.int64)
+    occ[order] = frame.iloc[order].groupby(["iteration", "pid", "name"], sort=False).cumcount().to_numpy()
+    frame["occ"] = occ
+    first = frame.groupby(["name", "occ"], sort=False)["start"].min().sort_values(kind="stable").reset_index()
+    op_of = pd.Series(np.arange(len(first)), index=pd.MultiIndex.from_frame(first[["name", "occ"]]))
+    return op_of.reindex(pd.MultiIndex.from_arrays([name_id, occ])).to_numpy(), first
+
+
+def _unassociated_ops(table: pd.DataFrame, first: pd.DataFrame, api_names: np.ndarray, base: int) -> pd.DataFrame:
+    """The op table `table` with the ``unassociated_<api>`` ops (`first`: per op, in key order from `base` on,
+    its occurrence and first call's start), all renumbered by first appearance."""
     extra = pd.DataFrame({
         "op_id": "",
         "op_name": UNASSOCIATED + api_names,
         "direction": "",
         "op_type": api_names,
         "tc_eligible": False,
-        "first_start": first.to_numpy(),
+        "first_start": first["start"].to_numpy(),
         "forward_key": -1,
-        "op_key": "unassociated|" + api_names,
+        "op_key": "unassociated|" + api_names + "#" + first["occ"].astype(str).to_numpy(dtype=object),
         "forward_op_key": "",
         "order": 0,
     }, index=pd.Index(base + np.arange(len(first)), name="key"))
@@ -832,6 +851,7 @@ def _measure(h: pd.DataFrame, names: pd.DataFrame, path: tuple[np.ndarray, np.nd
         "path": categorical(*path),
         "data_types": categorical(detail, names["data_types"].to_numpy(dtype=object)),
         "input_shapes": categorical(detail, names["input_shapes"].to_numpy(dtype=object)),
+        "output_shapes": categorical(detail, names["output_shapes"].to_numpy(dtype=object)),
         "stack": categorical(h["name"].to_numpy(), names["stack"].to_numpy(dtype=object)),
         "cpu": cpu,
         "gpu": figures["gpu"],

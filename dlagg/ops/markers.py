@@ -101,34 +101,103 @@ def _dict_fields(text: str) -> dict[str, object] | None:
 
 
 # DLProf's dimension labels of a convolution's input and filter (NCHW / KCRS and their 1-D and 3-D
-# forms): the Input Shapes column reads <N:32, C:3, H:32, W:32>; <K:6, C:3, R:3, S:3>; <6>.
+# forms) and of a linear layer's input and weight (NK / MK): the Input Shapes column reads
+# <N:32, C:3, H:32, W:32>; <K:6, C:3, R:3, S:3>; <6> and <N:32, K:400>; <M:120, K:400>; <120>.
 _CONV = re.compile(r"^conv(?:_transpose)?[123]d$|^conv_tbc$")
 _CONV_LABELS = {0: {3: "NCW", 4: "NCHW", 5: "NCDHW"}, 1: {3: "KCS", 4: "KCRS", 5: "KCTRS"}}
+_LINEAR_LABELS = {0: {2: "NK"}, 1: {2: "MK"}}
+# Output Shapes (DLProf 1.8 wrote them for PyTorch: <N:32, K:6, P:30, Q:30>, <N:32, M:120>): a convolution's
+# output dimensions, and F.conv*d's parameters in order (a marker's non-tensor arguments by name or position).
+_CONV_OUT = re.compile(r"^conv[123]d$")
+_CONV_OUT_LABELS = {3: "NKQ", 4: "NKPQ", 5: "NKOPQ"}
+_CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
-def labelled_shape(op: str, position: int, shape: object) -> str:
-    """One tensor argument's shape as DLProf writes it: ``<N:32, C:3, H:32, W:32>`` for a convolution's
-    input and filter, ``<6>`` otherwise."""
-    dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
-    labels = _CONV_LABELS.get(position, {}).get(len(dims), "") if _CONV.match(op) else ""
+def _labelled(labels: str, dims: list[object]) -> str:
     if labels:
         return "<" + ", ".join(f"{label}:{dim}" for label, dim in zip(labels, dims, strict=True)) + ">"
     return "<" + ", ".join(str(d) for d in dims) + ">"
 
 
-def _args(fields: dict[str, object]) -> tuple[str, str]:
-    """(data types, input shapes) of a {'mod','op','args'} marker's tensor arguments, the shapes in
+def labelled_shape(op: str, position: int, shape: object) -> str:
+    """One tensor argument's shape as DLProf writes it: ``<N:32, C:3, H:32, W:32>`` for a convolution's
+    input and filter, ``<N:32, K:400>`` for a 2-D linear input and weight, ``<6>`` otherwise."""
+    dims = list(shape) if isinstance(shape, (tuple, list)) else [shape]
+    table = _CONV_LABELS if _CONV.match(op) else _LINEAR_LABELS if op == "linear" else {}
+    return _labelled(table.get(position, {}).get(len(dims), ""), dims)
+
+
+def _ints(value: object, count: int) -> list[int] | None:
+    """A convolution parameter (an int, or one per spatial dimension) as `count` ints; None: not such a value."""
+    values = list(value) if isinstance(value, (tuple, list)) else [value] * count
+    if len(values) != count or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return values
+
+
+def _conv_output(tensors: list[list[int]], params: dict[str, object]) -> str:
+    """A convolution's output shape, only where the marker determines it: the input and weight shapes and the
+    stride and padding it recorded (a marker that recorded them recorded every argument passed, so an absent
+    dilation is PyTorch's default, 1). No stride or padding in the marker (DLProf's plugin recorded tensors
+    only): unknown, ''."""
+    if len(tensors) < 2 or "stride" not in params or "padding" not in params:
+        return ""
+    (x, w), spatial = tensors[:2], len(tensors[0]) - 2
+    if len(w) != len(x) or spatial < 1 or len(x) not in _CONV_OUT_LABELS:
+        return ""
+    stride, dilation = _ints(params["stride"], spatial), _ints(params.get("dilation", 1), spatial)
+    padding = params["padding"]
+    if padding == "valid":
+        padding = 0
+    if padding == "same":
+        out = x[2:] if stride == [1] * spatial else None
+    else:
+        pad = _ints(padding, spatial)
+        out = None if None in (stride, dilation, pad) else [
+            (size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in zip(x[2:], w[2:], stride, pad, dilation,
+                                                                                  strict=True)]
+    if out is None or min(out) < 1:
+        return ""
+    return _labelled(_CONV_OUT_LABELS[len(x)], [x[0], w[0], *out])
+
+
+def output_shape(op: str, args: list[object]) -> str:
+    """The output shape of a {'mod','op','args'} marker's op where its arguments determine it (docs/ops.md,
+    "Output Shapes"): a convolution (`_conv_output`), a linear layer (input ``(..., K)`` and weight ``(M, K)``
+    give ``(..., M)``: ``<N:32, M:120>`` for a 2-D input); '' for any other op or shapes that do not fit."""
+    tensors: list[list[int]] = []
+    params: dict[str, object] = {}
+    for position, arg in enumerate(args):
+        if not isinstance(arg, dict):
+            continue
+        if "shape" in arg:
+            shape = arg["shape"]
+            tensors.append(list(shape) if isinstance(shape, (tuple, list)) else [shape])
+        elif "value" in arg:
+            name = str(arg.get("name") or (_CONV_PARAMS[position] if position < len(_CONV_PARAMS) else ""))
+            params[name] = arg["value"]
+    if _CONV_OUT.match(op):
+        return _conv_output(tensors, params)
+    if op == "linear" and len(tensors) >= 2 and len(tensors[1]) == 2 and tensors[0] and tensors[0][-1] == tensors[1][1]:
+        dims = [*tensors[0][:-1], tensors[1][0]]
+        return _labelled("NM" if len(dims) == 2 else "", dims)
+    return ""
+
+
+def _args(fields: dict[str, object]) -> tuple[str, str, str]:
+    """(data types, input shapes, output shape) of a {'mod','op','args'} marker's tensor arguments, the shapes in
     DLProf's labelled form."""
     dtypes: list[str] = []
     shapes: list[str] = []
     args = fields.get("args")
+    args = args if isinstance(args, list) else []
     op = str(fields.get("op", ""))
-    for arg in args if isinstance(args, list) else []:
+    for arg in args:
         if isinstance(arg, dict) and "shape" in arg:
             shapes.append(labelled_shape(op, len(shapes), arg["shape"]))
             if arg.get("dtype"):
                 dtypes.append(str(arg["dtype"]))
-    return ",".join(dict.fromkeys(dtypes)), "; ".join(shapes)
+    return ",".join(dict.fromkeys(dtypes)), "; ".join(shapes), output_shape(op, args)
 
 
 def classify_name(name: str, has_suffix: bool, has_seq: bool = False) -> dict[str, object]:
@@ -138,7 +207,7 @@ def classify_name(name: str, has_suffix: bool, has_seq: bool = False) -> dict[st
     some carried an autograd sequence number (only ops that record one do: a forward op).
     """
     row: dict[str, object] = {"kind": USER, "op_name": name, "op_type": name, "direction": "", "stack": "",
-                              "data_types": "", "input_shapes": "", "stack_named": False}
+                              "data_types": "", "input_shapes": "", "output_shapes": "", "stack_named": False}
     if name.startswith("{"):
         fields = _dict_fields(name)
         if fields is None:
@@ -156,9 +225,9 @@ def classify_name(name: str, has_suffix: bool, has_seq: bool = False) -> dict[st
                        stack_named=bool(stack))
         elif "op" in fields:
             mod, op = str(fields.get("mod", "")), str(fields["op"])
-            data_types, shapes = _args(fields)
+            data_types, shapes, output = _args(fields)
             row.update(kind=MODOP, op_name=f"{mod}.{op}" if mod else op, op_type=op, direction=FPROP,
-                       data_types=data_types, input_shapes=shapes)
+                       data_types=data_types, input_shapes=shapes, output_shapes=output)
         else:
             row.update(kind=IGNORE)
         return row
@@ -179,7 +248,7 @@ class Parsed:
     """Op fields per distinct NVTX range name: `names` row k describes the name whose id is ids[k]."""
 
     names: pd.DataFrame  # index: name code; kind, op_name, op_type, direction, stack, data_types, input_shapes,
-    # stack_named
+    # output_shapes, stack_named
     ids: np.ndarray  # name id (nvtx["text_id"]) of each code, sorted
     dict_markers: bool = False  # the profile holds DLProf/PyProf dict markers ({'mod','op'} or traceMarker)
 
@@ -217,7 +286,7 @@ def parse_markers(strings: StringTable, nvtx_names: pd.DataFrame, seq_ids: np.nd
                 row["op_type"] = strip_namespace(str(row["op_name"]))
     names = pd.DataFrame(rows, index=pd.RangeIndex(len(ids)),
                          columns=["kind", "op_name", "op_type", "direction", "stack", "data_types", "input_shapes",
-                                  "stack_named"])
+                                  "output_shapes", "stack_named"])
     names["kind"] = names["kind"].astype(np.int8)
     names["stack_named"] = names["stack_named"].astype(bool)
     return Parsed(names, ids, dict_markers)

@@ -153,6 +153,9 @@ class ReportSpec:
     # Tables of a rank's report whose rows a local pool's process keeps in files (reports/spilled.py): tables
     # of thousands of rows per rank that the merge only stacks, so that the job's parent never holds them.
     spill: tuple[str, ...] = ()
+    # File suffix of a second CSV holding the report's main table with every field (dlagg's columns too), for a
+    # report whose DLProf file keeps DLProf's columns alone (the expert systems'): <profile_name>_<detail_csv>.csv.
+    detail_csv: str = ""
 
 
 REPORTS: dict[str, ReportSpec] = {}
@@ -171,6 +174,7 @@ def report(
     inputs: Iterable[str] = (NSYS,),
     images: Iterable[str] = (),
     spill: Iterable[str] = (),
+    detail_csv: str = "",
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -180,7 +184,7 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images), tuple(spill),
+            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images), tuple(spill), detail_csv,
         )
         return fn
 
@@ -199,10 +203,20 @@ def merges(name: str) -> Callable[[Merger], Merger]:
     return register
 
 
+# Warnings that share a cause: a profile without NVTX ranges has no key node and no ops, so no Tensor-Core-eligible
+# op either. The first of these causes present (texts the warnings hold: the reader's missing table, the key node's
+# "no ranges", the ops' "no op range") says it once; the later causes are restatements of it and left out, and a
+# consequence elsewhere (Tensor Core Kernel Utilization %) is told in the same line, after it ("From the same
+# cause, ..."; issue 43: an export without an NVTX table gave four warnings).
+NO_NVTX_CAUSES = ("table (NVTX ranges): ", "the profile has no NVTX ranges", "no NVTX range below the key node "
+                  "defines an op")
+NO_NVTX_CONSEQUENCES = ("no Tensor-Core-eligible op",)
+
+
 def one_per_cause(warnings: Iterable[str]) -> list[str]:
     """Warnings in order, each cause once: the same text from several reports (``detail: no NVTX range
     ...``, ``op_type: no NVTX range ...``) becomes one line naming them all (``detail, op_type: no NVTX
-    range ...``)."""
+    range ...``), and the warnings that follow from a profile without NVTX ranges (`NO_NVTX_CAUSES`) one line."""
     sources: dict[str, list[str]] = {}
     for warning in warnings:  # a few warnings
         head, sep, body = warning.partition(": ")
@@ -212,7 +226,24 @@ def one_per_cause(warnings: Iterable[str]) -> list[str]:
                 sources[body].append(head)
         else:
             sources.setdefault(warning, [])
-    return [f"{', '.join(heads)}: {body}" if heads else body for body, heads in sources.items()]
+    lines = [f"{', '.join(heads)}: {body}" if heads else body for body, heads in sources.items()]
+    return _one_line_per_cause(lines)
+
+
+def _one_line_per_cause(lines: list[str]) -> list[str]:
+    """`lines` with the no-NVTX cause said once (`NO_NVTX_CAUSES`)."""
+    for k, marker in enumerate(NO_NVTX_CAUSES):
+        cause = next((i for i, line in enumerate(lines) if marker in line), None)
+        if cause is None:
+            continue
+        later = NO_NVTX_CAUSES[k + 1:]
+        follows = [line for i, line in enumerate(lines) if i != cause and any(m in line for m in NO_NVTX_CONSEQUENCES)]
+        kept = [line for i, line in enumerate(lines) if i == cause or not any(
+            m in line for m in (*later, *NO_NVTX_CONSEQUENCES))]
+        at = kept.index(lines[cause])
+        kept[at] = " ".join([f"{lines[cause].rstrip('.')}.", *(f"From the same cause, {f}" for f in follows)])
+        return kept
+    return lines
 
 
 def build_order(names: Iterable[str]) -> list[str]:

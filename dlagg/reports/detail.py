@@ -1,8 +1,10 @@
 """Detailed report: one row per op (grouped across iterations) with DLProf's §1.4 columns.
 
 Figures per call are DLProf's (``op_stats``); No. Calls counts the op's calls in the aggregated
-iterations. Rows are ordered by Op ID as DLProf orders them (type, then ordinal: ``CONV2D_2`` before
-``CONV2D_10``; a forward op before the backward ops that share its ID).
+iterations. Rows are ordered by Op ID as DLProf 1.8's detailed report lists them: as plain strings
+(``CUDADEVICESYNCHRONIZE_V3020_1``, ``CUDA_1``, ``CUDA_10``, ``CUDA_11``, ``CUDA_2``), so that a row-by-row
+diff against DLProf's file lines up; a forward op before the backward ops that share its ID. (The kernel
+report keeps its own order, by type and numeric ordinal.)
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pandas as pd
 
 from ..context import RankContext
 from ..ops.aggregate import first_non_empty, op_usage
-from ..ops.assign import op_id_order
+from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
 from .figures import ANY, COUNT, KEY, MIN, SUM, Field, Table, derive_averages, merge_tables, summed_over
 from .op_stats import METRIC_FIELDS, average_pairs, metric_columns
@@ -44,14 +46,35 @@ def no_ops_warning(ctx: RankContext, name: str) -> tuple[str, ...]:
             "(e.g. torch.autograd.profiler.emit_nvtx) to get per-op figures",)
 
 
-def no_eligible_warning(ops_using_tc: int) -> str:
-    """Why Tensor Core Kernel Utilization % is left out; the same text from every report that notices it."""
+def no_eligible_warning(ops_using_tc: int, kernel_tc_share: float | None = None) -> str:
+    """Why Tensor Core Kernel Utilization % is 0.0; the same text from every report that notices it. The row
+    stays in the summary (DLProf wrote it in every file), so the warning must say that 0.0 is the figure's
+    definition here, not a measure of Tensor Core use: `kernel_tc_share` (the Tensor Core share of all kernel
+    time, None when not known) tells how much Tensor Core work the run did."""
     text = ("no Tensor-Core-eligible op (convolution, matmul/linear, attention, RNN) ran a kernel in the aggregated "
-            "iterations, so there is no Tensor Core Kernel Utilization % (the TC share of those ops' kernel time)")
+            "iterations, so Tensor Core Kernel Utilization % (the TC share of those ops' kernel time) is 0.0 by "
+            "definition, not a measure of Tensor Core use")
+    if kernel_tc_share:
+        text += (f"; {kernel_tc_share:.1f}% of all kernel time ran in Tensor Core kernels (All Kernels: Kernels "
+                 "using TC; Tensor Core Kernel Duration %)")
+    elif kernel_tc_share is not None:
+        text += "; no kernel ran on Tensor Cores either (All Kernels: Kernels using TC)"
     if ops_using_tc:
         text += (f"; {ops_using_tc} op(s) of other types ran Tensor Core kernels (All Ops: Ops using TC; "
                  "Tensor Core Kernel Duration % counts all TC kernels)")
     return text
+
+
+def kernel_tc_share(ctx: RankContext) -> float | None:
+    """The Tensor Core share (%) of all kernel time in the aggregated iterations (None: no kernel ran), what
+    `no_eligible_warning` quotes when no eligible op ran a kernel."""
+    work = ctx.selected_work
+    kernels = work["kind"].to_numpy() == KERNEL
+    duration = (work["end"].to_numpy() - work["start"].to_numpy())[kernels].astype(np.float64)
+    total = float(duration.sum())
+    if not total:
+        return None
+    return 100.0 * float(duration[ctx.uses_tc(work["name_id"].to_numpy()[kernels])].sum()) / total
 
 
 def empty(fields: tuple[Field, ...]) -> pd.DataFrame:
@@ -81,8 +104,10 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
 
 
 def by_op_id(frame: pd.DataFrame) -> pd.DataFrame:
-    """Op rows in DLProf's order: by Op ID, then first appearance."""
-    order = np.lexsort((frame["order"].to_numpy(), op_id_order(frame["op_id"])))
+    """Op rows in DLProf's order: by Op ID as a plain string (DLProf 1.8's detailed report puts ``CUDA_10``
+    before ``CUDA_2``), then first appearance (a forward op before the backward ops sharing its ID)."""
+    ids = frame["op_id"].astype(str).to_numpy(dtype=str)
+    order = np.lexsort((frame["order"].to_numpy(), ids))
     return frame.iloc[order].reset_index(drop=True)
 
 

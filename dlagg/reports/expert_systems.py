@@ -2,16 +2,20 @@
 
 One row per finding, sorted by time at stake per iteration (largest first; findings without an
 estimate last). DLProf's columns come first (``Problem``, ``Recommendation``), then dlagg's. The
-CSV holds this one table, as DLProf's file does, so a script reading it as one table reads
-problems only. A second table, in the JSON and TensorBoard outputs only, lists every detector and
-whether it fired, stayed silent, or could not run for lack of data, so an empty report is
-distinguishable from a profile nothing could be checked on.
+CSV holds this one table with DLProf's two columns alone, as DLProf's file does, so that a script
+reading it as one table reads problems only and one unpacking each row as ``problem, rec = row``
+keeps working; dlagg's columns (severity, evidence, time at stake, ...) are in the JSON and in a
+second CSV, ``<profile>_expert_systems_detail.csv`` (the same table with every column). A second
+table, in the JSON and TensorBoard outputs only, lists every detector and whether it fired, stayed
+silent, or could not run for lack of data, so an empty report is distinguishable from a profile nothing
+could be checked on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..context import RankContext
@@ -20,19 +24,19 @@ from ..expert.base import LEADING, iteration_list
 from ..model import stack_ranks
 from .base import JobFigures, Report, merges, report
 from .figures import NS, Field, Table
-from .ranks import job_findings
+from .ranks import job_findings, straggler_consequences
 
 FIELDS = (
     Field("problem", "Problem"),
     Field("recommendation", "Recommendation"),
-    Field("severity", "Severity"),
-    Field("evidence", "Evidence"),
-    Field("iterations", "Iterations"),
-    Field("ops", "Ops"),
-    Field("kernels", "Kernels"),
-    Field("time_at_stake_ns", "Time At Stake Per Iteration (ns)", NS),
-    Field("estimate", "Estimate"),
-    Field("detector", "Detector"),
+    Field("severity", "Severity", csv=False),
+    Field("evidence", "Evidence", csv=False),
+    Field("iterations", "Iterations", csv=False),
+    Field("ops", "Ops", csv=False),
+    Field("kernels", "Kernels", csv=False),
+    Field("time_at_stake_ns", "Time At Stake Per Iteration (ns)", NS, csv=False),
+    Field("estimate", "Estimate", csv=False),
+    Field("detector", "Detector", csv=False),
 )
 DETECTOR_FIELDS = (
     Field("detector", "Detector"),
@@ -50,7 +54,7 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
     return frame[[f.key for f in FIELDS]]
 
 
-@report("expert_systems")
+@report("expert_systems", detail_csv="expert_systems_detail")
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Problems found (GPU idle, input pipeline, launch bound, syncs, copies, AMP, ...) ranked by time at stake."""
     findings, outcomes = run_detectors(ctx)
@@ -59,10 +63,26 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "status": [o.status for o in outcomes],
         "missing_data": [o.reason for o in outcomes],
     }, dtype=object)
+    its = ctx.iterations
+    durations = (its.ends - its.starts)[its.start:its.stop + 1]
+    frame = findings_frame(findings)
+    note = overlap_note(frame, float(np.median(durations)) if len(durations) else 0.0)
     return Report("expert_systems", "expert_systems", (
-        Table("findings", "Expert Systems Feedback", FIELDS, findings_frame(findings)),
+        Table("findings", "Expert Systems Feedback", FIELDS, frame, note=note),
         Table("detectors", "Detectors", DETECTOR_FIELDS, detectors, csv=False),
     ))
+
+
+def overlap_note(frame: pd.DataFrame, iteration_ns: float) -> str:
+    """A note when the findings' times at stake add up to more than a typical iteration (`iteration_ns`): each is
+    what fixing its problem alone would save, and problems that share time (an idle GPU and the launches that
+    leave it idle, a straggler and the others' waits) do not add up. Empty when they fit."""
+    total = float(frame["time_at_stake_ns"].astype("Float64").fillna(0.0).sum())
+    if iteration_ns <= 0 or total <= iteration_ns:
+        return ""
+    return (f"Times at stake overlap: they add up to {total / 1e6:.2f} ms per iteration, more than the "
+            f"{iteration_ns / 1e6:.2f} ms of a typical iteration. Each is what fixing that problem alone would save "
+            "at most; problems that share time do not add up.")
 
 
 def feedback_text(built: Report) -> str:
@@ -76,6 +96,8 @@ def feedback_text(built: Report) -> str:
             lines.append(f"  (severity {row.severity}; about {stake:,.3f} ms per iteration at stake)")
         else:
             lines.append(f"  (severity {row.severity})")
+    if built.main.note:
+        lines += ["", built.main.note]
     return "\n".join(lines)
 
 
@@ -89,23 +111,32 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     worst = (stacked.assign(_stake=stacked["time_at_stake_ns"].astype("Float64").fillna(-1.0))
              .sort_values(["_stake", "rank"], ascending=[False, True], kind="stable").drop_duplicates("detector"))
     worst = worst.assign(ranks=fired.reindex(worst["detector"]).to_numpy(dtype=object),
+                         # the figures a finding quotes are its rank's (a leading finding's words are DLProf's)
+                         problem=worst["problem"].astype(str).where(
+                             worst["detector"].isin(LEADING),
+                             "On rank " + worst["rank"].astype(str) + ": " + worst["problem"].astype(str)),
                          evidence="rank " + worst["rank"].astype(str) + " (the rank with most at stake): "
                          + worst["evidence"].astype(str))
     job_found = findings_frame(job_findings(job)).assign(ranks="all")
-    frame = pd.concat([worst.drop(columns=["_stake", "rank"]), job_found], ignore_index=True)
-    # as each rank's: leading findings (a key node not found) first, then by time at stake
-    frame = frame.assign(_lead=~frame["detector"].isin(LEADING),
+    frame = pd.concat([worst.drop(columns=["_stake"]), job_found.assign(rank=-1)], ignore_index=True)
+    frame, consequence = straggler_consequences(frame, job)
+    # as each rank's: leading findings (a key node not found) first, then the causes by time at stake, then what
+    # follows from the straggler
+    frame = frame.assign(_lead=~frame["detector"].isin(LEADING), _after=consequence,
                          _stake=frame["time_at_stake_ns"].astype("Float64").fillna(-1.0)).sort_values(
-        ["_lead", "_stake"], ascending=[True, False], kind="stable").drop(columns=["_lead", "_stake"])
+        ["_lead", "_after", "_stake"], ascending=[True, True, False], kind="stable").drop(
+        columns=["_lead", "_after", "_stake", "rank"])
     of_job = pd.DataFrame({"detector": ["straggler", "communication"],
                            "status": ["fired" if (job_found["detector"] == d).any() else "silent"
                                       for d in ("straggler", "communication")],
                            "missing_data": ["", ""]})
     detectors = pd.concat([_statuses(stack_ranks([r.table("detectors").frame for r in reports], ranks)), of_job],
                           ignore_index=True)
-    fields = (*FIELDS, Field("ranks", "Ranks"))
+    fields = (*FIELDS, Field("ranks", "Ranks", csv=False))
+    frame = frame[[f.key for f in fields]].reset_index(drop=True)
+    typical = float(np.median(job.comm_iterations["duration"].to_numpy())) if len(job.comm_iterations) else 0.0
     return Report("expert_systems", "expert_systems", (
-        Table("findings", "Expert Systems Feedback", fields, frame[[f.key for f in fields]].reset_index(drop=True)),
+        Table("findings", "Expert Systems Feedback", fields, frame, note=overlap_note(frame, typical)),
         Table("detectors", "Detectors", DETECTOR_FIELDS, detectors[[f.key for f in DETECTOR_FIELDS]], csv=False),
     ))
 

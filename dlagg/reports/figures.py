@@ -65,6 +65,9 @@ class Table:
     key_value: bool = False  # a one-row table shown as "title,value" lines without a header
     csv: bool = True  # written in the DLProf CSV (False: figures for the other writers only)
     spilled: Spilled | None = None  # where its rows are when not in `_frame`
+    # what the figures are beyond their titles, which stay DLProf's whatever the data (e.g. "times summed over 2
+    # ranks"); JSON and the pages show it
+    note: str = ""
     _index: dict[str, Field] = field(default_factory=dict, init=False, repr=False, compare=False)
     _values: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -130,7 +133,7 @@ class Table:
     def with_frame(self, frame: pd.DataFrame) -> Table:
         """The same table (fields, titles) over other rows."""
         return Table(self.key, self.title, self.fields, frame[[f.key for f in self.fields]].reset_index(drop=True),
-                     self.key_value, self.csv)
+                     self.key_value, self.csv, note=self.note)
 
     def csv_fields(self) -> tuple[Field, ...]:
         return tuple(f for f in self.fields if f.csv)
@@ -268,7 +271,9 @@ def rank_first(frame: pd.DataFrame, source: int, ranks: tuple[int, ...]) -> pd.D
 
 
 def summed_over(table: Table, ranks: int) -> Table:
-    """The table with the titles of its summed time figures saying they add up several ranks' GPUs."""
-    fields = tuple(replace(f, title=f.title.replace("(ns)", f"(ns, sum over {ranks} ranks)"))
-                   if f.merge == SUM and f.unit == NS else f for f in table.fields)
-    return Table(table.key, table.title, fields, table.frame, table.key_value, table.csv)
+    """The table with a note that its summed time figures add up several ranks' GPUs. The column titles stay
+    DLProf's ("Total GPU Time (ns)"): scripts find columns by title, whatever the number of ranks."""
+    summed = [f.title for f in table.fields if f.merge == SUM and f.unit == NS]
+    if not summed:
+        return table
+    return replace(table, note=f"times summed over {ranks} ranks: {', '.join(summed)}")

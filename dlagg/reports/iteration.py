@@ -2,10 +2,12 @@
 
 Rows are ordered as DLProf's: by Op Name, Kernel Name (short name), then GPU start. ``Input Shapes``
 are DLProf's labelled form for DLProf/PyProf dict markers (``<N:32, C:3, H:32, W:32>; <K:6, C:3,
-R:3, S:3>; <6>``) and emit_nvtx's ``sizes`` as recorded. ``Parameters`` and ``Output Shapes`` were
-TensorFlow graph attributes of GEMM/convolution nodes in DLProf; no nsys export of a PyTorch run
-holds them, so the columns are there, empty. ``Long Kernel Name`` is each launch's own demangled
-name (DLProf repeated one name for every launch of a short name within an op: a bug not reproduced).
+R:3, S:3>; <6>``, a linear layer's ``<N:32, K:400>; <M:120, K:400>; <120>``) and emit_nvtx's ``sizes``
+as recorded. ``Output Shapes`` are those the dict marker's arguments determine (a convolution with its
+stride and padding recorded, a linear layer: docs/ops.md), as DLProf 1.8 filled them for PyTorch; empty
+where they are not determined. ``Parameters`` is empty, as DLProf's PyTorch files have it. ``Long Kernel
+Name`` is each launch's own demangled name (DLProf repeated one name for every launch of a short name
+within an op: a bug not reproduced).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
         "data_types": ops["data_types"],
         "input_shapes": ctx.input_shapes(kernels.index),
         "parameters": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
-        "output_shapes": categorical(np.full(len(kernels), -1, dtype=np.int64), []),
+        "output_shapes": ctx.output_shapes(kernels.index),
         "long_kernel_name": strings.categorical(rows["name_id"].to_numpy()),
         "op_key": ops["op_key"],
     })

@@ -22,6 +22,7 @@ collectives: one row per collective instance and rank.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -32,7 +33,7 @@ from ..comm.collectives import UNCOVERED, algorithm, bus_bandwidth, operation
 from ..comm.match import KEY
 from ..expert.base import MEDIUM_SHARE, Finding, iteration_list, ms, pct, severity_of
 from .base import JOB, JobFigures, Report, report
-from .figures import BYTES, COUNT, NS, Field, Table
+from .figures import BYTES, COUNT, NS, PERCENT, Field, Table
 
 RANK_FIELDS = (
     Field("rank", "Rank"),
@@ -41,6 +42,7 @@ RANK_FIELDS = (
     Field("gpu", "GPU"),
     Field("iterations", "Iterations", COUNT),
     Field("iteration_time_ns", "Avg Iteration Time (ns)", NS, digits=1),
+    Field("gpu_utilization_pct", "GPU Utilization %", PERCENT, digits=1),
     Field("compute_kernel_ns", "Compute Kernel Time (ns)", NS, digits=1),
     Field("comm_kernel_ns", "Communication Kernel Time (ns)", NS, digits=1),
     Field("comm_wait_ns", "Communication Wait Time (ns)", NS, digits=1),
@@ -120,6 +122,7 @@ def rank_table(job: JobFigures) -> pd.DataFrame:
         "gpu": [",".join(str(d) for d in r.source.devices) for r in job.ranks],
         "iterations": [r.iterations.count for r in job.ranks],
         "iteration_time_ns": means["duration"].to_numpy(dtype=np.float64),
+        "gpu_utilization_pct": 100.0 * (means["kernels"] / means["duration"]).fillna(0.0).to_numpy(dtype=np.float64),
         "compute_kernel_ns": means["compute"].to_numpy(dtype=np.float64),
         "comm_kernel_ns": means["comm"].to_numpy(dtype=np.float64),
         "comm_wait_ns": sums["wait"].to_numpy(dtype=np.float64) / n,
@@ -233,7 +236,8 @@ def _typical_iteration(job: JobFigures) -> float:
 
 
 def straggler(job: JobFigures) -> list[Finding]:
-    """The rank the others wait for at the collectives, and where in its step it loses the time."""
+    """The rank the others wait for at the collectives, what the step would gain if it were as fast as they are,
+    and where in its step it loses the time."""
     if len(job.ranks) < 2:
         return []
     colls = aggregated_collectives(job)
@@ -246,39 +250,84 @@ def straggler(job: JobFigures) -> list[Finding]:
     share_last = float(last.max()) / n_collectives
     if share_last <= STRAGGLER_MIN_LAST:
         return []
-    # waits of the other ranks at the collectives this rank arrived last at, per iteration
-    late = colls[colls["last"].to_numpy(dtype=bool) & (colls["rank"].to_numpy() == rank)][KEY]
-    waited = colls.merge(late, on=KEY)
-    waited = waited[waited["rank"].to_numpy() != rank]
-    others = len(job.ranks) - 1
-    per_iteration = waited.groupby("iteration")["wait"].sum() / others
-    iterations = np.unique(colls["iteration"].to_numpy())
-    per_iteration = per_iteration.reindex(iterations).fillna(0.0)
     typical = _typical_iteration(job)
-    stake = min(float(np.median(per_iteration.to_numpy())), typical)
+    own = _own_time(job)
+    saving = _saving(own, rank)
+    stake = min(float(np.median(saving.to_numpy())), typical) if len(saving) else 0.0
     if stake < STRAGGLER_MIN_STAKE * typical:
         return []
-    figures = next(r for r in job.ranks if r.source.rank == rank)
-    where = _where_it_loses(job, rank)
-    source = figures.source
+    table = rank_table(job).set_index("rank")
+    wait = float(table.drop(index=rank)["comm_wait_ns"].mean())  # the ranks report's figure, the others' mean
+    where = _cause(job, own, rank)
+    source = next(r for r in job.ranks if r.source.rank == rank).source
     gpu = ",".join(str(d) for d in source.devices) or "none"
     return [Finding(
         detector="straggler",
-        problem=(f"Rank {rank} is a straggler: it arrives last at {share_last:.0%} of the collectives and the other "
-                 f"ranks wait {ms(stake)} per iteration for it"),
+        problem=(f"Rank {rank} is a straggler: it arrives last at {share_last:.0%} of the collectives, where the "
+                 f"other ranks wait {ms(wait)} per iteration (ranks report: Communication Wait Time); the step "
+                 f"would be about {ms(stake)} shorter if it were as fast as the others"),
         recommendation=(f"Make rank {rank} as fast as the others: {where[1]} Data-parallel ranks should do the "
                         "same work: check for uneven batches or sequence lengths, work only this rank does (logging, "
                         "checkpointing, evaluation on rank 0), a slower GPU or host (clocks, thermal limits, other "
                         "processes), and compare this rank's kernels with another rank's (--per_rank=true)."),
         evidence=(f"rank {rank} (GPU {gpu}, {source.path.name}, pid {source.pid}) arrived last at "
-                  f"{int(last.max())} of {n_collectives} collectives; the others wait for it {ms(stake)} in a median "
-                  f"iteration, {ms(float(per_iteration.mean()))} on average (ranks report: Communication Wait Time, "
-                  f"Launch Lateness; collectives report: Arrived Last); {where[0]}"),
+                  f"{int(last.max())} of {n_collectives} collectives; the other ranks wait {ms(wait)} per iteration "
+                  f"at the collectives (ranks report: Communication Wait Time, Launch Lateness; collectives report: "
+                  f"Arrived Last); in a median iteration the other ranks work on their own for "
+                  f"{ms(float(np.median(_others_own(own, rank).to_numpy())))} of {ms(typical)}; {where[0]}"),
         time_at_stake_ns=stake,
-        estimate=("median per iteration of the other ranks' mean wait at the collectives this rank arrived last at: "
-                  "the step would shorten by about this much if it arrived with the others"),
-        iterations=iteration_list(iterations),
+        estimate=("what the step would save if this rank were as fast as the others: the median per iteration of "
+                  "its iteration time less the longest time another rank works on its own (its iteration less the "
+                  "time its host waits for the GPU, or less the time its GPU idles or waits at the collectives, "
+                  "whichever is longer). An upper bound where the ranks share the host's CPUs: the others may slow "
+                  "down once this rank works as much as they do (docs/ranks.md)"),
+        iterations=iteration_list(saving.index.to_numpy()),
     )]
+
+
+def _own_time(job: JobFigures) -> pd.DataFrame:
+    """Per rank and aggregated iteration: the iteration, and the time the rank works on its own: the longer of its
+    host's (the iteration less the time the host waits for the GPU) and its GPU's (the iteration less the time the
+    GPU idles or waits at the collectives for other ranks)."""
+    per = job.comm_iterations
+    index = pd.MultiIndex.from_arrays([per["rank"].to_numpy(), per["iteration"].to_numpy()])
+    wait = aggregated_collectives(job).groupby(["rank", "iteration"])["wait"].sum().reindex(index).fillna(0.0)
+    duration = per["duration"].to_numpy(dtype=np.float64)
+    host = duration - per["blocked"].to_numpy(dtype=np.float64)
+    device = duration - per["idle"].to_numpy(dtype=np.float64) - wait.to_numpy(dtype=np.float64)
+    return pd.DataFrame({"rank": per["rank"].to_numpy(), "iteration": per["iteration"].to_numpy(),
+                         "duration": duration, "host": host, "gpu": device, "own": np.maximum(host, device)})
+
+
+def _others_own(own: pd.DataFrame, rank: int) -> pd.Series:
+    """Per iteration, the longest own time of the ranks other than `rank`."""
+    return own[own["rank"].to_numpy() != rank].groupby("iteration")["own"].max()
+
+
+def _saving(own: pd.DataFrame, rank: int) -> pd.Series:
+    """Per iteration, what the step would save if `rank` needed no more time than the other ranks work on their
+    own: its iteration time less the others' longest own time (at least 0)."""
+    mine = own[own["rank"].to_numpy() == rank].set_index("iteration")["duration"]
+    others = _others_own(own, rank).reindex(mine.index)
+    return (mine - others).dropna().clip(lower=0.0)
+
+
+def _cause(job: JobFigures, own: pd.DataFrame, rank: int) -> tuple[str, str]:
+    """(evidence, advice): the class of the straggler's extra time, with the figure behind it: more GPU kernel time
+    than the other ranks, or host time (in a named sub-range of the key node, or outside every sub-range)."""
+    mine = own[own["rank"].to_numpy() == rank]
+    others = own[own["rank"].to_numpy() != rank]
+    per = job.comm_iterations
+    compute = per.groupby("rank")["compute"].mean()
+    extra_gpu = float(compute.get(rank, 0.0) - compute.drop(index=rank).median())
+    extra_host = float(mine["host"].median() - others.groupby("rank")["host"].median().median())
+    if mine["gpu"].median() > mine["host"].median() and extra_gpu > extra_host:
+        return (f"its GPU is what it waits for: its compute kernels take {ms(extra_gpu)} more per iteration than the "
+                f"other ranks' (ranks report: Compute Kernel Time {ms(float(compute.get(rank, 0.0)))} vs "
+                f"{ms(float(compute.drop(index=rank).median()))})",
+                f"its GPU runs {ms(extra_gpu)} more compute kernel time per iteration than the other ranks; compare "
+                "its kernels with another rank's (kernel report, --per_rank=true).")
+    return _where_it_loses(job, rank)
 
 
 def _where_it_loses(job: JobFigures, rank: int) -> tuple[str, str]:
@@ -345,6 +394,28 @@ def communication(job: JobFigures) -> list[Finding]:
                   "it behind compute (or removing the waits) saves at most this"),
         iterations=iteration_list(np.unique(frame["iteration"].to_numpy())),
     )]
+
+
+# Per-rank findings that, on a rank other than the straggler, are at least partly the wait for it: its GPU idles,
+# or its host blocks at a synchronisation, until the collectives the straggler holds up complete.
+WAITING_DETECTORS = ("underutilized_gpu", "host_sync")
+
+
+def straggler_consequences(frame: pd.DataFrame, job: JobFigures) -> tuple[pd.DataFrame, np.ndarray]:
+    """The job's findings (`frame`: a ``rank`` column, -1 for the job's own) with those that follow from the
+    straggler said so, and which they are (ranked below the cause): the exposed communication when the straggler
+    finding is there, and the waiting kinds of finding (WAITING_DETECTORS) of another rank."""
+    consequence = np.zeros(len(frame), dtype=bool)
+    fired = (frame["detector"] == "straggler").to_numpy()
+    if not fired.any():
+        return frame, consequence
+    found = re.match(r"Rank (\d+) is a straggler", str(frame["problem"].to_numpy()[fired][0]))
+    late = int(found.group(1)) if found else -1
+    rank = frame["rank"].to_numpy()
+    consequence = (frame["detector"] == "communication").to_numpy() | (
+        frame["detector"].isin(WAITING_DETECTORS).to_numpy() & (rank >= 0) & (rank != late))
+    said = np.where(consequence, f" (much of it follows from the straggler, rank {late}: see that finding)", "")
+    return frame.assign(problem=frame["problem"].astype(str) + said), consequence
 
 
 def job_findings(job: JobFigures) -> list[Finding]:

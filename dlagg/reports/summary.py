@@ -365,9 +365,8 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     wall = last - first  # the aggregated iterations are contiguous: the sum of their times
     summary: list[tuple[Field, object]] = [(WALL_CLOCK, wall)]
     eligible, eligible_tc = tc_kernel_times(ctx)  # defined in reports/detail.py and docs/ops.md
-    tc_util = share(eligible_tc, eligible) if eligible else None
-    if tc_util is not None:
-        summary.append((TC_UTILIZATION, tc_util))
+    # DLProf wrote the row in every summary: 0.0 where no eligible op ran a kernel (a warning says why)
+    summary.append((TC_UTILIZATION, share(eligible_tc, eligible) if eligible else 0.0))
     summary.append((GPU_UTILIZATION, share(float(agg["gpu_busy_ns"].sum()), wall)))
     summary += [(SHARES[name], share(float(agg[f"{name}_ns"].sum()), wall)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
@@ -380,8 +379,8 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
                                                                      its.stop), agg)
     ops = op_totals(deps["detail"].main)
     warnings = []
-    if tc_util is None:
-        warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1])))
+    if not eligible:
+        warnings.append("summary: " + no_eligible_warning(int(ops["op_count"].iloc[1]), _tc_share(agg)))
     note = pace_note(*pace(agg)) if its.found else None  # without a key node there is no CPU side
     if note:
         warnings.append(note)
@@ -444,8 +443,7 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     eligible = sum(int(v[ELIGIBLE_KERNEL_TIME.key]) for v in values)
     eligible_tc = sum(int(v[ELIGIBLE_TC_TIME.key]) for v in values)
     summary: list[tuple[Field, object]] = [(WALL_CLOCK, wall)]
-    if eligible:
-        summary.append((TC_UTILIZATION, share(eligible_tc, eligible)))
+    summary.append((TC_UTILIZATION, share(eligible_tc, eligible) if eligible else 0.0))  # as a rank's
     summary.append((GPU_UTILIZATION, mean(GPU_UTILIZATION.key)))
     summary += [(SHARES[name], mean(SHARES[name].key)) for name in PARTITION]
     summary += [(ELIGIBLE_KERNEL_TIME, eligible), (ELIGIBLE_TC_TIME, eligible_tc)]
@@ -486,7 +484,7 @@ def _job_warnings(reports: Sequence[Report], job: JobFigures, agg: pd.DataFrame,
     warnings = list(dict.fromkeys(w for r in reports for w in r.warnings
                                   if not w.startswith(PACE_NOTE) and not w.startswith("summary: no Tensor-Core")))
     if not has_eligible:
-        warnings.append("summary: " + no_eligible_warning(op_count))
+        warnings.append("summary: " + no_eligible_warning(op_count, _tc_share(agg)))
     note = pace_note(*pace(agg)) if all(r.iterations.found for r in job.ranks) else None
     if note:
         warnings.append(note)
@@ -496,6 +494,12 @@ def _job_warnings(reports: Sequence[Report], job: JobFigures, agg: pd.DataFrame,
                         + ", ".join(f"rank {n}: {c}" for n, c in zip(job.rank_numbers, counts, strict=True))
                         + "); Total Iterations is the smallest")
     return warnings
+
+
+def _tc_share(agg: pd.DataFrame) -> float | None:
+    """The Tensor Core share (%) of the kernel time of the aggregated iterations `agg` (None: no kernel time)."""
+    total = float(agg["kernel_time_ns"].sum())
+    return 100.0 * float(agg["tc_kernel_time_ns"].sum()) / total if total else None
 
 
 def _job_timeline(reports: Sequence[Report], job: JobFigures) -> tuple[Table, Table]:

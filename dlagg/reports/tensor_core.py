@@ -12,6 +12,7 @@ rules.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..context import RankContext
 from ..ops.aggregate import op_usage
 from ..timeline.correlate import KERNEL
 from .base import JobFigures, Report, merges, report
-from .detail import empty, no_eligible_warning, no_ops_warning
+from .detail import empty, kernel_tc_share, no_eligible_warning, no_ops_warning
 from .figures import ANY, COUNT, DERIVED, KEY, MIN, NS, PERCENT, SUM, Field, Table, merge_tables, summed_over
 from .roofline import TC_MISMATCH, tc_mismatch_names, tc_warning
 
@@ -76,6 +77,10 @@ def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Serie
     return joined(tc_names), joined(other_names), pd.Series({k: len(n) for k, n in every.items()}, dtype=np.int64)
 
 
+NO_ELIGIBLE = "tensor: no Tensor-Core-eligible op"  # the start of `no_eligible_warning`'s line in this report
+OPS_USING_TC = re.compile(r"; (\d+) op\(s\) of other types ran Tensor Core kernels")
+
+
 @report("tensor", file_suffix="tensor_core", requires={"kernels"})
 def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     """Per Tensor-Core-eligible op: TC and non-TC kernel time, TC utilization, kernel counts and names."""
@@ -84,7 +89,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
     warnings = ()
     if len(inst) and not eligible["kernel_time"].sum():  # the summary's warning, word for word: one cause
-        warnings = ("tensor: " + no_eligible_warning(int(op_usage(inst).sum())),)
+        warnings = ("tensor: " + no_eligible_warning(int(op_usage(inst).sum()), kernel_tc_share(ctx)),)
     if eligible.empty:
         return Report("tensor", "tensor_core", (Table("ops", "Tensor Core Report", fields, empty(fields)),),
                       warnings=(warnings if len(inst) else no_ops_warning(ctx, "tensor")) + tc_warning(ctx))
@@ -153,5 +158,20 @@ def merge(reports: Sequence[Report], job: JobFigures, deps: Mapping[str, Report]
     table = merge_tables([r.main for r in reports], derive)
     frame = job.renumber_ops(table.frame).sort_values(["kernel_time_ns", "order"], ascending=[False, True],
                                                       kind="stable")
-    warnings = tuple(dict.fromkeys(w for r in reports for w in r.warnings))
-    return Report("tensor", "tensor_core", (summed_over(table.with_frame(frame), len(reports)),), warnings=warnings)
+    return Report("tensor", "tensor_core", (summed_over(table.with_frame(frame), len(reports)),),
+                  warnings=_job_warnings(reports))
+
+
+def _job_warnings(reports: Sequence[Report]) -> tuple[str, ...]:
+    """The ranks' warnings, each once. A rank's no-eligible-op line quotes its own Tensor Core share of its kernel
+    time; where the ranks' lines differ they become one line without the share (the job summary's line quotes the
+    job's), keeping the largest count of ops of other types that ran Tensor Core kernels."""
+    warnings = list(dict.fromkeys(w for r in reports for w in r.warnings))
+    lines = [w for w in warnings if w.startswith(NO_ELIGIBLE)]
+    if len(lines) < 2:
+        return tuple(warnings)
+    counts = [int(m.group(1)) for w in lines if (m := OPS_USING_TC.search(w))]
+    at = warnings.index(lines[0])
+    kept = [w for w in warnings if not w.startswith(NO_ELIGIBLE)]
+    kept.insert(at, "tensor: " + no_eligible_warning(max(counts, default=0)))
+    return tuple(kept)

@@ -31,6 +31,8 @@ class RunInfo:
     reports: tuple[str, ...] = ()  # the reports the user asked for (a writer may be given more)
     ranks: tuple[int, ...] = (0,)  # the ranks the outputs describe
     raw_csv: bool = False  # CSV text cells as the profile has them (--raw_csv), formula-like ones not defused
+    # The run's warnings, one per cause, as stderr says them (pipeline._warn); empty: the reports' own are shown
+    warnings: tuple[str, ...] = ()
 
 
 class Writer(Protocol):

@@ -175,7 +175,7 @@ class Page:
         shown = table if rows is None else table.with_frame(table.frame[rows.to_numpy(dtype=bool)])
         extension = "csv" if table.csv else "json"
         file_name = f"{self.info.profile_name}_{report.file_suffix}.{extension}"
-        notes = [subset] if subset else []
+        notes = [n for n in (subset, table.note) if n]
         if len(shown) > MAX_TABLE_ROWS:
             notes.append(f"the first {MAX_TABLE_ROWS:,} of these {len(shown):,} rows are in this page; "
                          f"all of them are in {file_name} (--formats={extension})")

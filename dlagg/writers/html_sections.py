@@ -135,6 +135,8 @@ def summary_section(report: Report, page: Page) -> None:
     kernels = report.table("all_kernels").frame.set_index("kernels")
     part = page.section("summary", "Summary", order=ORDER["summary"])
     tc = values.get("tc_kernel_utilization_pct")
+    if not values.get("tc_eligible_kernel_time_ns", 1):  # 0.0 by definition (summary warning): not a measure
+        tc = None
     ranks = ranks_of(report.table("iterations"))
     per_gpu = "" if ranks == [None] else f", mean over {len(ranks)} ranks"
     part.cards([

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
-from ..reports.base import Report
+from ..reports.base import Report, one_per_cause
 from .base import RunInfo, atomic_write, writer
 from .html_page import Page, body, escape, key_value_rows, render_sections
 from .html_sections import ORDER
@@ -34,6 +35,11 @@ PAGE_SUFFIX = "report"
 FIRST = ("summary",)
 LAST = ("expert_systems",)
 CACHE_ENV = "XDG_CACHE_HOME"
+
+
+def _natural(text: str) -> list[int | str]:
+    """Sort key that puts rank2 before rank10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def cache_folder() -> Path:
@@ -95,16 +101,16 @@ def run_section(page: Page, info: RunInfo, warnings: Sequence[str]) -> None:
         ("Reports", ", ".join(info.reports)),
         ("dlagg version", info.dlagg_version),
     ]))
-    if warnings:
+    if warnings:  # every one: the box is the run's stderr warnings, one per cause
         items = "".join(f"<li>{escape(w)}</li>" for w in warnings)
-        part.html(f'<details class="warnings" open><summary>{len(warnings)} warning(s)</summary><ul>{items}</ul>'
-                  "</details>")
+        part.html(f'<details class="warnings" open><summary>{len(warnings)} warning{"s" if len(warnings) > 1 else ""}'
+                  f"</summary><ul>{items}</ul></details>")
 
 
 def page_pieces(reports: Sequence[Report], info: RunInfo) -> Iterator[str]:
     """The page's text in pieces (the JavaScript bundle is the largest, about 0.9 MB)."""
     page = Page(reports, info)
-    run_section(page, info, list(dict.fromkeys(w for r in reports for w in r.warnings)))
+    run_section(page, info, list(info.warnings) or one_per_cause(w for r in reports for w in r.warnings))
     render_sections(page, report_order(reports))
     title = f"dlagg report: {info.profile_name}"
     yield ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -138,5 +144,15 @@ class HtmlWriter:
         return [path]
 
     def how_to_open(self, written: Sequence[Path]) -> str | None:
+        """The job's page (the one nearest the output folder: with --per_rank each rank's page is written in
+        rank<N>/ below it, in whatever order the processes finish) and where the ranks' own pages are."""
         pages = [p for p in written if p.suffix == ".html"]
-        return f"open {pages[0]} in a browser (works offline)" if pages else None
+        if not pages:
+            return None
+        job = min(pages, key=lambda p: (len(p.parts), str(p)))
+        line = f"open {job} in a browser (works offline)"
+        ranks = sorted((p for p in pages if p != job), key=lambda p: (len(p.parts), _natural(str(p))))
+        if not ranks:
+            return line
+        where = str(ranks[0].parent) if len(ranks) == 1 else f"{ranks[0].parent} to {ranks[-1].parent.name}"
+        return f"{line}; each rank's own page: {ranks[0].name} in {where}"

@@ -50,7 +50,7 @@ def table_chunks(table: Table, rows: Sequence[Path] | None = None) -> Iterator[s
     fields = [{"key": f.key, "title": f.title, "unit": f.unit or None, "digits": f.digits, "csv": f.csv,
                "type": _type(table.columns[f.key])} for f in table.fields]
     head = json.dumps({"key": table.key, "title": table.title, "key_value": table.key_value, "csv": table.csv,
-                       "fields": fields})
+                       **({"note": table.note} if table.note else {}), "fields": fields})
     yield head[:-1] + ', "rows": ['
     if table.fields:
         yield from rows if rows is not None else row_chunks(table)

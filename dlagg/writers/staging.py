@@ -85,6 +85,7 @@ STAGING_NAME = re.compile(re.escape(STAGING) + r"\.(?P<host>.+)\.(?P<pid>\d+)\.[
 START_SLACK_S = 2.0
 # A staging folder made on another host is left alone this long (no dlagg run lasts a day); then it is stale.
 OTHER_HOST_S = 24 * 3600.0
+FORCED_NAMES = 20  # earlier outputs --force removed, named on stderr (then how many more)
 RANK_FOLDER = re.compile(r"rank\d+")  # --per_rank's folders (pipeline._rank_dir)
 TENSORBOARD = "tensorboard"
 # What older dlagg versions left when killed: atomic_write's `.<name>.<random>.tmp` files beside a report
@@ -146,7 +147,7 @@ def _check_prefix(option: str, name: str) -> None:
 def _suffixes() -> list[str]:
     from ..reports import REPORTS
 
-    return [spec.file_suffix for spec in REPORTS.values()]
+    return [suffix for spec in REPORTS.values() for suffix in (spec.file_suffix, spec.detail_csv) if suffix]
 
 
 def missing_folders(folder: Path) -> list[Path]:
@@ -253,6 +254,7 @@ class Staging:
                     raise OutputError(f"{taken[0]}: already exists; pass --force=true to overwrite it, "
                                       "or choose another --output_path / --profile_name")
             removes = [u for u in self.ours() if u not in self.units] if self.force else []
+            replaced = [u for u in moves if os.path.lexists(self._final(u))]  # (only with --force: else stopped above)
             journal = {"roots": [None, *(os.path.abspath(r) for r in self.roots[1:])],
                        "staging": [f.name for f in folders], "moves": moves, "removes": removes}
             try:
@@ -269,6 +271,26 @@ class Staging:
             except OSError as exc:
                 raise OutputError(f"{self.roots[0]}: could not move every output into place ({exc.strerror}); "
                                   "the next dlagg run in this folder finishes it") from None
+        if removes or replaced:
+            self.log.result(self._forced(replaced, removes))
+
+    def _forced(self, replaced: Sequence[Unit], removed: Sequence[Unit]) -> str:
+        """What --force did to the earlier outputs: the ones replaced (how many) and, by name, the ones removed (an
+        earlier run's outputs this run did not write: another --reports, --formats or --per_rank)."""
+        said = [f"--force: replaced {len(replaced)} earlier output{'s' if len(replaced) != 1 else ''}"] if replaced \
+            else ["--force:"]
+        if removed:
+            names = [self._shown(u) for u in removed]
+            more = f" and {len(names) - FORCED_NAMES} more" if len(names) > FORCED_NAMES else ""
+            plural = "s" if len(removed) != 1 else ""
+            said.append(f"{'and ' if replaced else ''}removed {len(removed)} earlier output{plural} this run did not "
+                        f"write, in {self.roots[0]}: {', '.join(names[:FORCED_NAMES])}{more}")
+        return " ".join(said)
+
+    def _shown(self, unit: Unit) -> str:
+        """A unit as the user knows it: its path under --output_path, or whole (an event folder elsewhere)."""
+        area, rel = unit
+        return rel if area == 0 else str(self._final(unit))
 
     def ours(self) -> list[Unit]:
         """The profile name's outputs in place now (see `_possible`)."""

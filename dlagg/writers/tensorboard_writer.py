@@ -92,6 +92,9 @@ TOP_OP_TYPES = 8
 TEXT_SKIP_REPORTS = frozenset({"iteration"})
 # Tables DLProf's CSV files do not have that get a dashboard card all the same: (report, table key).
 TEXT_EXTRA_TABLES = frozenset({("expert_systems", "detectors")})
+# Tables whose card shows the columns DLProf's CSV leaves out too: the expert findings' evidence, severity and
+# time at stake (the CSV keeps DLProf's Problem and Recommendation; a card is where the user reads the rest).
+TEXT_EVERY_FIELD = frozenset({("expert_systems", "findings")})
 # A dashboard card is about 1,000 px wide: columns that would squeeze the others into one character
 # per line stay in the CSV/JSON only. Long kernel names are mangled C++ templates hundreds of
 # characters wide (the short name is shown), kernel-name lists likewise; averages are the total over
@@ -255,10 +258,13 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype)
 
 
-def _shown_fields(table: Table, skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS) -> list[Field]:
-    """The CSV columns a card shows: not the too-wide ones (titles `skip` matches), not those empty in every row."""
+def _shown_fields(table: Table, skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS,
+                  every_field: bool = False) -> list[Field]:
+    """The CSV columns a card shows (`every_field`: the others too): not the too-wide ones (titles `skip`
+    matches), not those empty in every row."""
     frame = table.frame
-    return [f for f in table.csv_fields() if not (skip is not None and skip.fullmatch(f.title))
+    fields = table.fields if every_field else table.csv_fields()
+    return [f for f in fields if not (skip is not None and skip.fullmatch(f.title))
             and not frame[f.key].isna().all() and not (frame[f.key].astype(str) == "").all()]
 
 
@@ -359,8 +365,8 @@ def why_empty(report: Report) -> str:
     return f"_No rows: {md_escape(reason)}._"
 
 
-def table_markdown(table: Table, report: Report | None = None,
-                   skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS) -> list[str]:
+def table_markdown(table: Table, report: Report | None = None, skip: re.Pattern[str] | None = TEXT_SKIP_COLUMNS,
+                   every_field: bool = False) -> list[str]:
     """A figure table as Markdown pages of at most TEXT_PAGE_ROWS rows (every row), without the columns
     a card cannot show (those whose titles `skip` matches); long texts are cut, their whole text listed
     under the table; a table too wide for a card is shown in column groups, its first column in each; a
@@ -372,7 +378,7 @@ def table_markdown(table: Table, report: Report | None = None,
     frame = table.frame
     if frame.empty:
         return [why_empty(report) if report is not None else "_No rows._"]
-    fields = _shown_fields(table, skip)
+    fields = _shown_fields(table, skip, every_field)
     if not fields:
         return ["_No column of this table has a value; see the CSV/JSON report._"]
     numeric = [_numeric(frame[f.key]) for f in fields]
@@ -437,7 +443,8 @@ def report_texts(report: Report) -> dict[str, str]:
     texts = {}
     for table in report.tables:
         if table.csv or (report.name, table.key) in TEXT_EXTRA_TABLES:
-            texts.update(paged(f"{report.name}/{table.title}", table_markdown(table, report)))
+            every = (report.name, table.key) in TEXT_EVERY_FIELD
+            texts.update(paged(f"{report.name}/{table.title}", table_markdown(table, report, every_field=every)))
     return texts
 
 
@@ -542,7 +549,7 @@ def text_dashboards(reports: Sequence[Report], info: RunInfo,
     """Text tag -> Markdown, in display order: the run's metadata and warnings, then each report's
     (`report_pieces`; those in `given`, report name -> its texts, as given)."""
     texts = {"run/metadata": metadata_markdown(info, reports)}
-    warnings = one_per_cause(w for r in reports for w in r.warnings)
+    warnings = list(info.warnings) or one_per_cause(w for r in reports for w in r.warnings)
     if warnings:
         texts["run/warnings"] = "\n".join(f"- {md_escape(w)}" for w in warnings)
     for report in reports:

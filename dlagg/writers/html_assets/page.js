@@ -97,9 +97,18 @@
         for (let c = 0; c < header.length; c++) {
           const td = document.createElement("td");
           const value = row[c] === undefined ? "" : row[c];
-          td.textContent = shown(value, numeric[c]);
-          if (numeric[c]) td.className = "num";
-          else if (value.length > LONG_CELL) { td.className = "long"; td.title = value; }
+          const text = shown(value, numeric[c]);
+          if (spec.keyValue && value.length > LONG_CELL && !/^[-+]?[\d.,]+(e[-+]?\d+)?%?$/i.test(value)) {
+            // a sentence among a key/value table's figures: wrapped in its own width, so that it does not push
+            // the figures out of the table's box
+            const wrap = document.createElement("div");
+            wrap.className = "wrap"; wrap.textContent = text;
+            td.className = "text"; td.appendChild(wrap);
+          } else {
+            td.textContent = text;
+            if (numeric[c]) td.className = "num";
+            else if (value.length > LONG_CELL) { td.className = "long"; td.title = value; }
+          }
           tr.appendChild(td);
         }
         fragment.appendChild(tr);
