@@ -42,7 +42,7 @@ from .limits import available_memory, processes_that_fit, rank_memory, usable_co
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
-from .pool import pool_context, shared_map
+from .pool import pool_context, shared_map, start_early, worker_initializer
 from .reader import load_profile, read_threads
 from .reader.discover import Job, RankSource, with_profile_facts
 from .reports import REPORTS, Report
@@ -243,13 +243,16 @@ def local_pool(workers: int | None, shares: Sequence[int],
     them, so the pool has one worker fewer (None when that leaves none: one worker asked for, one rank, or memory
     for one). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
     ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
-    on it too."""
+    on it too. Its processes end with this one, however this one ends (killed too: dlagg/pool.py's `start_early` and
+    `worker_initializer`)."""
     count = local_processes(workers, shares) - 1
     if count < 1:
         return None
     from concurrent.futures import ProcessPoolExecutor  # loaded with the first pool (pool.py)
 
-    return ProcessPoolExecutor(max_workers=count, mp_context=pool_context(), initializer=initializer)
+    start_early()  # from this thread, not the pool's (which starts its processes): the server ends with this one
+    return ProcessPoolExecutor(max_workers=count, mp_context=pool_context(),
+                               initializer=worker_initializer(initializer))  # workers end with this process too
 
 
 def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: int | None = None,
@@ -349,6 +352,7 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
     from distributed import as_completed as dask_completed
 
     client = dask_client(address)
+    futures: list[Any] = []
     try:
         setup_note(client, log)
         futures = client.map(task, sources, pure=False)
@@ -365,8 +369,20 @@ def _on_dask(sources: list[RankSource], task: Callable[[RankSource], RankFigures
                 raise RuntimeError(f"a Dask worker failed on a rank: {type(exc).__name__}: {exc}") from exc
             _done(results[-1], len(results), len(sources), log, "a Dask worker")
         return results
+    except BaseException:  # a failure, or SIGINT/SIGTERM: the workers are the user's, the job's tasks are cancelled
+        _cancel(client, futures)  # (killed outright, this process's client goes, and the scheduler releases them)
+        raise
     finally:
         client.close()
+
+
+def _cancel(client: Any, futures: list[Any]) -> None:
+    """Cancel the job's tasks not ended on the cluster (best effort: the run is ending for another reason)."""
+    try:
+        if futures:
+            client.cancel(futures)
+    except Exception:  # a scheduler already gone: nothing left to cancel
+        pass
 
 
 def setup_note(client: Any, log: Log) -> None:
@@ -397,8 +413,13 @@ def probe_on_dask(address: str, probe: Callable[[Path], Any], files: list[Path])
     """`probe` of every file on the Dask cluster at `address` (reader.discover's `probe_all`), in their order:
     at a thousand ranks, opening every file in this process would take minutes before any rank starts."""
     client = dask_client(address)
+    futures: list[Any] = []
     try:
-        return list(client.gather(client.map(probe, files, pure=False)))
+        futures = client.map(probe, files, pure=False)
+        return list(client.gather(futures))
+    except BaseException:
+        _cancel(client, futures)
+        raise
     finally:
         client.close()
 

@@ -3,7 +3,7 @@
 Ranks are reduced, and then the run's outputs written, by this process and a pool whose workers
 fork from a *fork server* that has imported dlagg once (``multiprocessing``'s forkserver with ``dlagg._forkserver``
 preloaded): each worker then starts in milliseconds, without the parent's threads and memory.
-Importing dlagg takes about 0.8 s of one core; started from ``python -m dlagg`` before the parent's
+Importing dlagg takes most of a second of one core; started from ``python -m dlagg`` before the parent's
 imports (``start_early``), the fork server does it on the other core while the parent does its own,
 so a run over several files does not wait for it.
 
@@ -11,7 +11,7 @@ so a run over several files does not wait for it.
 pool's workers: this process is one of the ``--workers`` (the pool has one process fewer).
 
 Standard library only: ``__main__`` imports this before numpy, pandas and pyarrow. ``multiprocessing`` and the
-process pool (55 ms of imports) are loaded when a pool is made: a run in one process never needs them.
+process pool (tens of milliseconds of imports) are loaded when a pool is made: a run in one process never needs them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from .errors import WorkerLost
@@ -47,11 +49,139 @@ def pool_context() -> Any:
 
 
 def start_early() -> None:
-    """Start the fork server now (it imports dlagg in the background); a later pool uses it."""
+    """Start the fork server now (it imports dlagg in the background); a later pool uses it.
+
+    Started from the main thread, the server ends with this process however it ends (`die_with_parent`, set by
+    dlagg._forkserver as it starts: ``SERVER_PARENT`` tells it this process's id). From another thread it is not tied
+    so (a parent-death signal comes when the *thread* that started it ends: a pool's thread, long before this
+    process); its workers still end with this process (`worker_initializer`), and it with them (multiprocessing's
+    own rule: the server ends once no process holding its "alive" pipe, this one and its workers, is left)."""
     if pool_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        main = threading.current_thread() is threading.main_thread()
+        given = os.environ.get(SERVER_PARENT)
+        if main:
+            os.environ[SERVER_PARENT] = str(os.getpid())
+        try:
+            _start_resource_tracker()
+            forkserver.ensure_running()
+        finally:
+            if main:
+                if given is None:
+                    os.environ.pop(SERVER_PARENT, None)
+                else:
+                    os.environ[SERVER_PARENT] = given
+
+
+def _start_resource_tracker() -> None:
+    """multiprocessing's resource tracker (the fork server starts it else), told not to warn of the pool's semaphores
+    it removes when this process was killed: ended with this one (`worker_initializer`), the pool leaves them to it,
+    and the warning would come on the user's terminal after the run is gone."""
+    from multiprocessing import resource_tracker
+
+    given = os.environ.get("PYTHONWARNINGS")
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    os.environ["PYTHONWARNINGS"] = f"{given},{quiet}" if given else quiet
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if given is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = given
+
+
+SERVER_PARENT = "DLAGG_FORKSERVER_PARENT"  # the fork server's environment: the process it ends with
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(expected: int) -> bool:
+    """Have the kernel kill this process (SIGKILL) when its parent ends (Linux: prctl(PR_SET_PDEATHSIG); elsewhere
+    nothing), and whether its parent is still `expected` (False: the parent ended before, and this process was
+    handed to another: it must end now). The signal comes when the parent *thread* ends: call it only in a process
+    started by a thread that lasts as long as its process (a main thread, or a single-threaded fork server)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes  # here: pool.py is imported before anything else (__main__), and ctypes costs 5 ms
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the watch (`watch_parent`) is left
+            pass
+    return os.getppid() == expected
+
+
+def process_identity(pid: int) -> str | None:
+    """What tells process `pid` from a later one given its id: its start time, in clock ticks since boot (Linux
+    /proc); None where that is unknown, or when the process has ended (a zombie included)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+    except (OSError, IndexError):
+        return None
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    return fields[19].decode()  # field 22 of proc(5): starttime
+
+
+def _alive(pid: int, identity: str | None) -> bool:
+    if identity is not None:
+        return process_identity(pid) == identity
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists
+        pass
+    return True
+
+
+def watch_parent(pid: int, identity: str | None) -> bool:
+    """End this process (at once: no flushing, no further write) when process `pid` (`identity`: its
+    `process_identity`) ends, watched by a daemon thread: a pidfd (Linux 5.3) is readable from the moment it ends;
+    without one, the thread looks every 0.2 s. False when it has ended already (or its id is another process's now)."""
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):  # no pidfd here: poll
+        handle = None
+    if not _alive(pid, identity):  # after opening it: the pidfd is the process checked, not a later one
+        if handle is not None:
+            os.close(handle)
+        return False
+    threading.Thread(target=_end_with, args=(pid, identity, handle), name="dlagg-parent-watch", daemon=True).start()
+    return True
+
+
+def _end_with(pid: int, identity: str | None, handle: int | None) -> None:
+    import select
+    import time
+
+    if handle is not None:
+        select.select([handle], [], [])
+    else:
+        while _alive(pid, identity):
+            time.sleep(0.2)
+    os._exit(1)
+
+
+def worker_initializer(then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """A pool's initializer that ends each worker process with this one, however this one ends (SIGKILL included),
+    then runs `then`. A worker's parent is the fork server: with the server tied to this process (`start_early`),
+    the kernel kills the server, and the server's death the worker (`die_with_parent`: the server has one thread);
+    and the worker watches this process itself (`watch_parent`), whatever started the server. Without it a worker
+    waits for its next task forever once this process is gone, keeping the fork server and the resource tracker
+    alive with it, and one busy with a rank goes on writing into a staging folder nobody will commit or remove."""
+    return partial(_start_worker, os.getpid(), process_identity(os.getpid()), then)
+
+
+def _start_worker(parent: int, identity: str | None, then: Callable[[], None] | None) -> None:
+    server = getattr(sys.modules.get("dlagg._forkserver"), "SERVER_PID", None)  # forked from dlagg's fork server
+    if (server is not None and not die_with_parent(server)) or not watch_parent(parent, identity):
+        os._exit(1)  # dlagg's process has ended already: nothing to do for it
+    if then is not None:
+        then()
 
 
 def pool_size(pool: Executor) -> int:

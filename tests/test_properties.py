@@ -6,7 +6,7 @@ duration rows add up to 100 %; no time at stake exceeds the longest iteration; a
 ends in an internal error (exit 3). The checks read the written JSON files and the export
 (tests/invariants.py). The default run draws a few hundred examples, the same ones every run;
 ``pytest -m slow`` draws many more, new ones every run (the figures of the last run are in the closing
-note of issue 17).
+note).
 """
 
 from __future__ import annotations
@@ -207,3 +207,24 @@ EMPTY_RANK_DAMAGE = [
 
 def test_a_rank_with_an_empty_window_has_no_shares_to_average() -> None:
     run_and_check(EMPTY_RANK, EMPTY_RANK_DAMAGE)
+
+
+# Zero-length host-blocking calls: synchronising calls with end == start on threads that launch work,
+# every blocking call of a process among them. They blocked the host for no time: no figure changes shape, and the
+# run never ends in an internal error (expert/facts.py indexed the empty union of a process's blocking calls).
+SYNC_CALLS = ("cudaDeviceSynchronize_v3020", "cudaStreamSynchronize_v3020", "cudaEventSynchronize_v3020")
+ZERO_LENGTH_EXAMPLES = 40
+
+
+@settings(max_examples=ZERO_LENGTH_EXAMPLES, **DEFAULT_RUN)
+@given(data=st.data())
+def test_zero_length_blocking_calls_satisfy_every_invariant(data: st.DataObject) -> None:
+    from hypothesis import assume
+
+    export = data.draw(exports())
+    assume("runtime" in export.tables and export.runtime)
+    calls = data.draw(st.lists(st.sampled_from(list(export.runtime)), min_size=1, max_size=6))
+    for k, (start, end, pid, tid, _, _) in enumerate(calls):
+        at = data.draw(st.integers(start, end + 500))
+        export.runtime.append((at, at, pid, tid, 900_000 + k, data.draw(st.sampled_from(SYNC_CALLS))))
+    run_and_check(export)

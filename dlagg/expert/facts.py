@@ -160,6 +160,8 @@ class Facts:
         for process in np.unique(call_pid):  # processes, not events
             s, e = intervals.merge(calls["start"].to_numpy()[call_pid == process],
                                    calls["end"].to_numpy()[call_pid == process])
+            if len(s) == 0:  # every call of the process zero-length: it blocked the host for no time
+                continue
             mine = np.flatnonzero(pid == process)
             block = np.searchsorted(s, t[mine], side="left") - 1  # a call that began before t ...
             out[mine] = (block >= 0) & (t[mine] <= e[np.maximum(block, 0)])  # ... and had not returned
