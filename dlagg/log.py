@@ -14,6 +14,22 @@ from typing import TextIO
 QUIET, MINIMAL, NORMAL, DETAILED, DIAGNOSTIC = range(5)
 
 
+def shown(path: object) -> str:
+    """A file name as error and warning lines print it: as it is, unless it holds control characters (a newline, an
+    ESC that would drive the terminal) or undecodable bytes, which are escaped as Python does (``\\n``, ``\\x1b``),
+    so that one message stays one line and the terminal shows it as written."""
+    text = str(path)
+    if text.isprintable() and not any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+        return text
+    return "".join(c if c.isprintable() or c == " " else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    if 0xDC80 <= ord(char) <= 0xDCFF:  # an undecodable byte (surrogateescape)
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return repr(char)[1:-1]
+
+
 class Log:
     """`strict` (the CLI's --strict=true): every warning is written as an error line, whatever the
     verbosity; `warnings` keeps every warning given, for the caller's exit code."""

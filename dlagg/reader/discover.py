@@ -16,7 +16,10 @@ by order of (file, lowest device id). Files are ordered by name with numbers com
 
 from __future__ import annotations
 
+import filecmp
 import glob
+import hashlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -29,11 +32,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..log import shown
 from ..model import Profile
 from . import schema
 from .formats import SQLITE, TRACE, format_of, sniffed
 from .kineto import probe_kineto
-from .sqlite import Database, file_late_events, stated_session, trusted_session
+from .sqlite import Database, file_late_events, session_start, stated_session, trusted_session
 
 # probe_all(probe, paths): probe(path) of every path, in their order (see `discover`)
 ProbeAll = Callable[[Callable[[Path], Any], list[Path]], list[Any]]
@@ -45,6 +49,8 @@ PID_SHIFT, PID_BITS = 24, 0xFFFFFF
 TRACE_SUFFIXES = (".json", ".gz")
 # Traces one of which begins this long after another has ended are of different runs (docs/kineto.md).
 RUN_GAP_NS = 10 * 10**9
+# Bytes of each file hashed to tell a copy of one file given twice (its size must match too).
+DIGEST_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -113,20 +119,24 @@ def _folder(path: Path, skipped: list[str] | None) -> list[Path]:
             known = None
         (traces if known is not None and known.name == TRACE else others).append(candidate)
     if not traces:
-        raise InputError(f"{path}: the folder holds no *.sqlite file nor PyTorch profiler trace; pass nsys SQLite "
-                         "exports or the *.pt.trace.json(.gz) files torch.profiler wrote")
+        raise InputError(f"{shown(path)}: the folder holds no *.sqlite file nor PyTorch profiler trace; pass "
+                         "nsys SQLite exports or the *.pt.trace.json(.gz) files torch.profiler wrote")
     if others and skipped is not None:
         names = ", ".join(p.name for p in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-        skipped.append(f"{path}: left out {len(others)} file{'s' if len(others) > 1 else ''} that "
+        skipped.append(f"{shown(path)}: left out {len(others)} file{'s' if len(others) > 1 else ''} that "
                        f"{'are' if len(others) > 1 else 'is'} not a profiler trace ({names})")
     return traces
 
 
 def input_paths(spec: str | Path | Sequence[str | Path], skipped: list[str] | None = None) -> list[Path]:
     """The files `spec` names: a file, a folder (its ``*.sqlite``, else its PyTorch profiler traces), a glob, or
-    a comma list of those. Files of a folder that are no profile are left out, each folder's said in `skipped`."""
+    a comma list of those (a name that exists as given is one name, even with a comma in it). Files of a folder
+    that are no profile are left out, each folder's said in `skipped`."""
     items = [spec] if isinstance(spec, (str, Path)) else list(spec)
-    parts = [p.strip() for item in items for p in str(item).split(",") if p.strip()]
+    # a name that exists as given is taken whole, commas and all (run,1.sqlite); else the commas separate names
+    names = [str(item) for item in items]
+    parts = [p.strip() for name in names
+             for p in ([name] if "," in name and os.path.lexists(name) else name.split(",")) if p.strip()]
     if not parts:
         raise InputError("--nsys_database: no file given; pass an nsys SQLite export or a PyTorch profiler trace, "
                          "a folder or a glob")
@@ -138,7 +148,7 @@ def input_paths(spec: str | Path | Sequence[str | Path], skipped: list[str] | No
         elif any(ch in part for ch in "*?[") and not path.exists():
             found = sorted((Path(p) for p in glob.glob(part)), key=_natural)
             if not found:
-                raise InputError(f"{part}: no file matches; check the pattern (quote it so the shell leaves it)")
+                raise InputError(f"{shown(part)}: no file matches; check the pattern (quote it so the shell leaves it)")
             paths.extend(found)
         else:
             paths.append(path)
@@ -157,6 +167,8 @@ class _File:
     format: str = SQLITE
     world_size: int | None = None  # a trace's distributedInfo
     span: tuple[int, int] | None = None  # a trace's (first, last) event time on the epoch clock, ns
+    digest: str = ""  # its size and a hash of its first DIGEST_BYTES: a copy of another file has the same
+    session: tuple[int, int] | None = None  # an nsys export's session (start, end) on the epoch clock, ns
 
 
 def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int, tuple[int, ...]], ...]:
@@ -205,7 +217,10 @@ def _probe(path: Path, several: bool = True) -> _File:
         if "TARGET_INFO_SYSTEM_ENV" in db.tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
             host = str(rows[0][0]) if rows else ""
-        return _File(path, processes, len(callers), host, _env_ranks(db), path.stat().st_size)
+        start, length = session_start(db), stated_session(db)
+        session = (start, start + length) if start is not None and length is not None else None
+        return _File(path, processes, len(callers), host, _env_ranks(db), path.stat().st_size,
+                     digest=_digest(path), session=session)
     finally:
         db.close()
 
@@ -216,28 +231,72 @@ def _probe_trace(path: Path, span: bool) -> _File:
     info = head.distributed
     rank = (info.rank,) if info is not None and info.rank is not None else ()
     return _File(path, ((0, ()),), 1, "", rank, path.stat().st_size, TRACE,
-                 info.world_size if info is not None else None, head.span)
+                 info.world_size if info is not None else None, head.span, _digest(path))
+
+
+def _digest(path: Path) -> str:
+    """The file's size and a hash of its first DIGEST_BYTES: equal for a copy of one file given twice."""
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        digest.update(handle.read(DIGEST_BYTES))
+    return f"{path.stat().st_size}:{digest.hexdigest()}"
+
+
+def _same(path: Path, other: Path) -> bool:
+    """Whether two files whose size and first bytes agree are the same, byte for byte (read to the first
+    difference)."""
+    try:
+        return filecmp.cmp(path, other, shallow=False)
+    except OSError:
+        return False
+
+
+def _rank_warnings(files: list[_File]) -> tuple[str, ...]:
+    """What the user should know of files that may not be the ranks of one run: a file given twice under two names
+    (the same content), nsys exports whose sessions do not overlap in time (recorded at different times, or on
+    hosts whose clocks cannot be aligned). Traces of different times are refused (`_check_one_time`)."""
+    said = []
+    first: dict[str, Path] = {}
+    for f in files:
+        if f.digest and f.digest in first and _same(f.path, first[f.digest]):
+            said.append(f"{shown(f.path)}: has the same content as {shown(first[f.digest].name)}: a copy of one rank "
+                        "given as a second rank; its figures count twice")
+        first.setdefault(f.digest, f.path)
+    sessions = [(f.path, f.session, f.host) for f in files if f.session is not None]
+    if len(sessions) > 1:
+        late_path, late, late_host = max(sessions, key=lambda item: item[1][0])  # type: ignore[index]
+        early_path, early, early_host = min(sessions, key=lambda item: item[1][1])  # type: ignore[index]
+        gap = late[0] - early[1]
+        if gap > RUN_GAP_NS:
+            hosts = (f" on another host ({shown(late_host)}, {shown(early_host)})"
+                     if late_host and early_host and late_host != early_host else "")
+            said.append(f"{shown(late_path)}: its session began at {_utc(late[0])}, {gap / 1e9:,.0f} s after "
+                        f"{shown(early_path.name)}'s ended ({_utc(early[1])}){hosts}: the files do not overlap in "
+                        "time, so they are not the ranks of one run, or their hosts' clocks differ by that much and "
+                        "the ranks' timelines cannot be aligned; pass the exports of one run")
+    return tuple(said)
 
 
 def _check_traces(files: list[_File]) -> tuple[str, ...]:
     """Refuse a job of traces that cannot be one run's ranks; notes on ranks missing (also of a single trace: one
     rank of a larger run)."""
     if len({f.format for f in files}) > 1:
-        raise InputError(f"{files[0].path.parent}: the job mixes nsys exports and PyTorch profiler traces; pass the "
-                         "files of one recording")
+        raise InputError(f"{shown(files[0].path.parent)}: the job mixes nsys exports and PyTorch profiler "
+                         "traces; pass the files of one recording")
     if files[0].format != TRACE:
         return ()
     seen: dict[int, Path] = {}
     for f in files:
         for rank in f.env_ranks:
             if rank in seen:
-                raise InputError(f"{f.path}: a second trace for rank {rank} (also {seen[rank].name}); pass one trace "
-                                 "per rank (a folder of one run's traces)")
+                raise InputError(f"{shown(f.path)}: a second trace for rank {rank} (also {seen[rank].name}); "
+                                 "pass one trace per rank (a folder of one run's traces)")
             seen[rank] = f.path
     worlds = {f.world_size: f.path for f in reversed(files) if f.world_size is not None}  # size -> its first file
     if len(worlds) > 1:
         (first, path), (size, other) = sorted(worlds.items(), key=lambda item: _natural(item[1]))[:2]
-        raise InputError(f"{other}: a trace of a world of {size} ranks, {path.name} of {first}: the traces come from "
+        raise InputError(f"{shown(other)}: a trace of a world of {size} ranks, {path.name} of {first}: the "
+                         "traces come from "
                          f"runs of different world sizes ({', '.join(map(str, sorted(worlds)))}); pass the traces of "
                          "one run")
     _check_one_time(files)
@@ -245,7 +304,8 @@ def _check_traces(files: list[_File]) -> tuple[str, ...]:
         world = next(iter(worlds))
         beyond = sorted(r for r in seen if r >= world)
         if beyond:
-            raise InputError(f"{seen[beyond[0]]}: rank {beyond[0]} of a world of {world}; pass the traces of one run")
+            raise InputError(f"{shown(seen[beyond[0]])}: rank {beyond[0]} of a world of {world}; pass the "
+                             f"traces of one run")
         missing = sorted(set(range(world)) - set(seen))
         if missing:
             listed = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
@@ -269,7 +329,8 @@ def _check_one_time(files: list[_File]) -> None:
     early_path, early = min(spans, key=lambda item: item[1][1])  # type: ignore[index]
     gap = late[0] - early[1]
     if gap > RUN_GAP_NS:
-        raise InputError(f"{late_path}: profiled from {_utc(late[0])}, {gap / 1e9:,.0f} s after {early_path.name} "
+        raise InputError(f"{shown(late_path)}: profiled from {_utc(late[0])}, {gap / 1e9:,.0f} s after "
+                         f"{early_path.name} "
                          f"ended ({_utc(early[1])}): the traces do not overlap in time, so they are not the ranks of "
                          "one run; pass the traces of one run")
 
@@ -304,7 +365,7 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
             share = f.size // len(f.processes)
             sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host, share)
                            for gpid, devs in f.processes)
-    notes = _check_traces(files) if files else ()
+    notes = (*_check_traces(files), *_rank_warnings(files)) if files else ()
     env = [f.env_ranks[0] for f in files if len(f.env_ranks) == 1 and len(f.processes) <= 1]
     if len(env) == len(files) == len(sources) > 1 and len(set(env)) == len(env):
         ranks = env

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..log import shown
 from ..model import Profile
 from . import kineto
 from .nvprof import is_nvprof, read_nvprof
@@ -78,16 +79,16 @@ def format_of(path: Path) -> Format:
     check_file(path)
     found, head = sniffed(path)
     if found is not None and found.name == SQLITE and _gzipped(path):
-        raise InputError(f"{path}: is a gzip-compressed SQLite database, which dlagg cannot open in place; gunzip it "
-                         f"first (gunzip -k {path.name}) and pass the .sqlite file")
+        raise InputError(f"{shown(path)}: is a gzip-compressed SQLite database, which dlagg cannot open in "
+                         f"place; gunzip it first (gunzip -k {shown(path.name)}) and pass the .sqlite file")
     if found is not None:
         found.check(path)
         return found
     if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-        raise InputError(f"{path}: is an Nsight Systems report, not its SQLite export; "
-                         + EXPORT_HINT.format(name=path.name))
+        raise InputError(f"{shown(path)}: is an Nsight Systems report, not its SQLite export; "
+                         + EXPORT_HINT.format(name=shown(path.name)))
     if kineto.is_trace(head):
-        raise InputError(f"{path}: is JSON but not a PyTorch profiler trace (no traceEvents); pass the "
+        raise InputError(f"{shown(path)}: is JSON but not a PyTorch profiler trace (no traceEvents); pass the "
                          "*.pt.trace.json(.gz) file torch.profiler wrote")
-    raise InputError(f"{path}: is not an SQLite database nor a PyTorch profiler trace; pass the file made by "
+    raise InputError(f"{shown(path)}: is not an SQLite database nor a PyTorch profiler trace; pass the file made by "
                      "'nsys export --type sqlite' or the trace torch.profiler wrote (*.pt.trace.json or .json.gz)")

@@ -16,8 +16,11 @@ release the GIL.
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import stat
+import struct
+import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,11 +35,17 @@ import pyarrow.compute as pc
 
 from .. import limits
 from ..errors import InputError
+from ..log import shown
 from ..model import SYSTEM_INFO, TEXT, Profile, ProfileMeta, StringTable
 from . import nvtx as nv
 from . import schema
 from . import validate as va
 from .schema import NO_ID, Column, Table
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: a writer's lock is not looked for there
+    fcntl = None  # type: ignore[assignment]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Rows per Arrow batch asked of the ADBC driver: the whole result in one batch, so columns arrive
@@ -55,6 +64,9 @@ SPAN_TRUSTED = 1 << 24
 SMALL_BATCH_ROWS = 1 << 16
 # Bytes the driver reserves per result row: 8 per column and a validity bit, for up to 16 columns.
 RESERVED_PER_ROW = 16 * 9
+# Bytes a name (a kernel's, an NVTX range's) may have in the reports; longer ones are shortened with a marker of
+# what was cut (`bounded_names`, docs/input.md).
+NAME_BOUND = 16384
 # NVTX rows per slice: big enough that per-query costs vanish (a slice is a row-id range: SQLite
 # seeks to it), small enough that the slices being parsed (about 16 MB of Arrow data each) stay a
 # small share of the memory budget.
@@ -80,6 +92,18 @@ WAL = ("{wal}: holds {size:,} bytes of changes that are not in {name} yet (an un
        "cp {path} {wal} /tmp/ && sqlite3 /tmp/{name} 'PRAGMA wal_checkpoint'; then pass /tmp/{name}")
 
 
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # the header of a rollback journal that is hot (sqlite's pager.c)
+# The lock bytes of an SQLite file (os_unix.c): a writer holds RESERVED_BYTE (and more) while its transaction is open.
+PENDING_BYTE = 0x40000000
+RESERVED_BYTE = PENDING_BYTE + 1
+LIVE = ("{path}: is being written now (a process holds its write lock: an open transaction), and dlagg reads "
+        "committed data only; wait until the writer has finished (or stop it), then run dlagg again")
+HOT = ("{journal}: a hot rollback journal ({size:,} bytes): a writer was stopped mid-transaction, so {name} holds "
+       "changes that were never committed, and dlagg reads the main file only, read-only; copy both files "
+       "elsewhere and let sqlite roll the changes back in the copy: cp {path} {journal} /tmp/ && "
+       "sqlite3 /tmp/{name} 'PRAGMA quick_check'; then pass /tmp/{name}")
+
+
 def _uri(path: Path) -> str:
     return path.resolve().as_uri() + "?mode=ro&immutable=1"
 
@@ -93,19 +117,20 @@ def check_file(path: Path) -> None:
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file; pass the SQLite export of an nsys report with "
+        raise InputError(f"{shown(path)}: no such file; pass the SQLite export of an nsys report with "
                          "--nsys_database") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror}); check the path and its permissions") from None
+        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check the path and its "
+                         "permissions") from None
     if stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{path}: is a directory; pass the .sqlite file exported by nsys, not its folder")
+        raise InputError(f"{shown(path)}: is a directory; pass the .sqlite file exported by nsys, not its folder")
     if not stat.S_ISREG(info.st_mode):
         kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
                 else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
-        raise InputError(f"{path}: is {kind}, not a file; dlagg reads a regular .sqlite file: save the export "
+        raise InputError(f"{shown(path)}: is {kind}, not a file; dlagg reads a regular .sqlite file: save the export "
                          "to a file first")
     if not _head(path):
-        raise InputError(f"{path}: the file is empty; export the nsys report again")
+        raise InputError(f"{shown(path)}: the file is empty; export the nsys report again")
 
 
 def _head(path: Path) -> bytes:
@@ -113,7 +138,7 @@ def _head(path: Path) -> bytes:
         with path.open("rb") as handle:
             return handle.read(len(SQLITE_MAGIC))
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
+        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check its permissions") from None
 
 
 def check_input(path: Path) -> None:
@@ -125,9 +150,9 @@ def check_input(path: Path) -> None:
     check_file(path)
     if _head(path) != SQLITE_MAGIC:
         if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-            raise InputError(f"{path}: is an Nsight Systems report, not its SQLite export; "
-                             + EXPORT_HINT.format(name=path.name))
-        raise InputError(f"{path}: is not an SQLite database; pass the file made by "
+            raise InputError(f"{shown(path)}: is an Nsight Systems report, not its SQLite export; "
+                             + EXPORT_HINT.format(name=shown(path.name)))
+        raise InputError(f"{shown(path)}: is not an SQLite database; pass the file made by "
                          "'nsys export --type sqlite'")
     wal = path.with_name(path.name + "-wal")
     try:
@@ -135,7 +160,39 @@ def check_input(path: Path) -> None:
     except OSError:
         size = 0
     if size > 0:
-        raise InputError(WAL.format(wal=wal, size=size, name=path.name, path=path))
+        raise InputError(WAL.format(wal=shown(wal), size=size, name=shown(path.name), path=shown(path)))
+    if _write_locked(path):
+        raise InputError(LIVE.format(path=shown(path)))
+    journal = path.with_name(path.name + "-journal")
+    try:
+        with journal.open("rb") as handle:
+            header = handle.read(len(JOURNAL_MAGIC))
+        size = journal.stat().st_size
+    except OSError:  # none (the usual case), or unreadable: sqlite would not roll it back either
+        return
+    if header == JOURNAL_MAGIC:  # (a zeroed header, journal_mode=PERSIST's leftover, is no hot journal)
+        raise InputError(HOT.format(journal=shown(journal), size=size, name=shown(path.name), path=shown(path)))
+
+
+def _write_locked(path: Path) -> bool:
+    """Whether a process holds `path`'s write lock (SQLite's RESERVED byte, which every writer holds while its
+    transaction is open): one fcntl query, no lock taken. False where locks cannot be queried, and off Linux (the
+    layout of `struct flock` packed here is Linux's). Closing the descriptor drops this process's own POSIX locks on
+    the file, which dlagg's immutable connections never take."""
+    if fcntl is None or not sys.platform.startswith("linux"):
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, RESERVED_BYTE, 1, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class Database:
@@ -161,7 +218,7 @@ class Database:
                 for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(f"{path}: the SQLite file is damaged or truncated ({exc}); "
+            raise InputError(f"{shown(path)}: the SQLite file is damaged or truncated ({exc}); "
                              "export the nsys report (or record the nvprof database) again") from None
         self._lock = threading.Lock()
 
@@ -180,7 +237,7 @@ class Database:
                 try:
                     self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
                 except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-                    raise InputError(DAMAGED.format(path=self.path, what=f", table {table}", exc=exc,
+                    raise InputError(DAMAGED.format(path=shown(self.path), what=f", table {table}", exc=exc,
                                                     again=self.again)) from None
             return self.tables[table]  # type: ignore[return-value]
 
@@ -189,7 +246,7 @@ class Database:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=self.path, what="", exc=exc, again=self.again)) from None
+            raise InputError(DAMAGED.format(path=shown(self.path), what="", exc=exc, again=self.again)) from None
 
     def rows(self, table: str, where: str = "") -> int:
         """An upper bound of the rows of `table` (its row-id span; counted when the span is huge)."""
@@ -256,7 +313,7 @@ class Database:
             names = [d[0] for d in cursor.description]
             rows = cursor.fetchall()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=self.path, what=what, exc=exc, again=self.again)) from None
+            raise InputError(DAMAGED.format(path=shown(self.path), what=what, exc=exc, again=self.again)) from None
         finally:
             conn.close()
         # The module has no columnar interface: a tuple per row is its cost. Columns are taken out of the
@@ -276,7 +333,7 @@ class Database:
         present = set(self.columns(physical)) | {"rowid"}
         missing = self.missing(table, physical)
         if missing:
-            raise InputError(f"{self.path}: table {physical} lacks column(s) {', '.join(missing)}; "
+            raise InputError(f"{shown(self.path)}: table {physical} lacks column(s) {', '.join(missing)}; "
                              "this does not look like an nsys export")
         select = [_select(column, present) for column in table.columns]
         if extra:
@@ -519,7 +576,7 @@ class _NvtxRead:
         arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f", table {self.physical}")
         n = arrow.num_rows
         if offset + n > len(self.keep) or (n > hi - lo):  # row ids that are not unique: a damaged b-tree
-            raise InputError(DAMAGED.format(path=self.db.path, what=f", table {self.physical}",
+            raise InputError(DAMAGED.format(path=shown(self.db.path), what=f", table {self.physical}",
                                             exc="row ids out of order", again=self.db.again))
         here = slice(offset, offset + n)
         dropped = _Dropped(self.physical or "", self.flaws)
@@ -601,10 +658,9 @@ class _NvtxRead:
 
 # Rows to drop (domain rows, row-id gaps) up to which the NVTX columns are compacted in place by
 # block moves; beyond it, by one boolean selection per column. The block moves are a Python loop over
-# the runs between dropped rows (not over events), about 3 us per run and column; measured on 8.5 M rows
-# and the 8 columns (benchmarks/bench_compact.py, 2 loaded cores): 35-55 ms up to 1,000 dropped rows,
-# 90 ms at 5,000, 180-275 ms at 10,000, where the selection takes 150-250 ms whatever the count. Up to
-# here the loop is as fast as the selection or faster, and it copies no column.
+# the runs between dropped rows (not over events), so its cost grows with their count while the
+# selection's does not; benchmarks/bench_compact.py measures where the two meet. Up to here the loop
+# is as fast as the selection or faster, and it copies no column.
 FEW_GAPS = 10_000
 
 
@@ -633,12 +689,13 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
     """Ids (sorted, distinct) and texts of the export's strings; rows whose id is unusable are dropped."""
     missing = [c for c in ("id", "value") if c not in db.columns(strings_table)]
     if missing:
-        raise InputError(f"{db.path}: table {strings_table} lacks column(s) {', '.join(missing)}, which every kernel, "
+        raise InputError(f"{shown(db.path)}: table {strings_table} lacks column(s) {', '.join(missing)}, which "
+                         f"every kernel, "
                          "API call and NVTX name comes from; export the nsys report again")
     arrow = db.arrow(f'SELECT "id", "value" FROM "{strings_table}" ORDER BY "id"', db.rows(strings_table),
                      f", table {strings_table}")
     converted = va.integers(arrow.column("id"), "int64", None)
-    ids, values = converted.values, va.texts(arrow.column("value"))
+    ids, values = converted.values, bounded_names(va.texts(arrow.column("value")))
     dropped = _Dropped(strings_table, flaws)
     dropped.add(converted, Column("id", "id", "int64"))
     if dropped.rows is not None:
@@ -653,12 +710,31 @@ def _string_ids(db: Database, strings_table: str, flaws: va.Flaws) -> tuple[np.n
     return ids, values
 
 
+def bounded_names(values: pa.Array, bound: int = NAME_BOUND) -> pa.Array:
+    """`values` with each text over `bound` bytes cut to its first `bound` characters (at most) and a marker of what
+    was cut, ``…[+N bytes]``: a kernel or NVTX name is repeated in every report row, page and event file that
+    names it, so a name of a megabyte made gigabytes of output. Arrow compute, no Python per row."""
+    lengths = pc.binary_length(values)
+    long = pc.greater(lengths, bound)
+    if not pc.any(long).as_py():
+        return values
+    cut = pc.utf8_slice_codeunits(values, 0, bound)
+    over = pc.greater(pc.binary_length(cut), bound)  # multi-byte characters: a quarter as many (4 bytes at most)
+    if pc.any(over).as_py():
+        cut = pc.if_else(over, pc.utf8_slice_codeunits(cut, 0, max(1, bound // 4)), cut)
+    rest = pc.subtract(lengths, pc.binary_length(cut))
+    marker = pc.binary_join_element_wise("…[+", pc.cast(rest, pa.string()), " bytes]", "")
+    shortened = pc.binary_join_element_wise(cut, marker, "")
+    return pc.if_else(long, shortened, values)
+
+
 def _strings_table(db: Database) -> str:
     """The export's string table; an `InputError` when `db` has none, or no event table: not an nsys export."""
     known = [t for t in schema.EVENT_TABLES if db.find(t.sources)]
     strings_table = db.find(schema.STRING_TABLES)
     if strings_table is None or not known:
-        raise InputError(f"{db.path}: is an SQLite database but not an nsys export (no StringIds or event tables) "
+        raise InputError(f"{shown(db.path)}: is an SQLite database but not an nsys export (no StringIds or "
+                         f"event tables) "
                          "nor an nvprof database (no StringTable and kernel tables); pass the file made by "
                          "'nsys export --type sqlite' or 'nvprof -o'")
     return strings_table
@@ -683,7 +759,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             gpus = _gpus(db, flaws)
             stated = stated_session(db)
             whole_file = file_late_events(db, stated) if process is not None and stated is not None else None
-            session_start = _session_start(db)
+            started = session_start(db)
             results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
             physical = {name: job.result()[1] for name, job in tables.items()}
@@ -691,7 +767,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         base = int(ids[-1]) + 1 if len(ids) else 0
         frames["nvtx"], names, emit, domains = nvtx.finish(results, base)
         physical["nvtx"] = nvtx.physical
-        strings = _strings(ids, values, names, base)
+        strings = _strings(ids, values, bounded_names(names), base)
         found = {t.name: db.find(t.sources) for t in schema.EVENT_TABLES}
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
         physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
@@ -713,7 +789,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         domains=domains,
         start=start,
         end=end,
-        session_start_utc=session_start,
+        session_start_utc=started,
         process=process,
         warnings=warnings,
     )
@@ -841,7 +917,7 @@ def _checked(name: str, frame: pd.DataFrame, physical: str, session_end: int, fl
     return frame[keep].reset_index(drop=True)
 
 
-def _session_start(db: Database) -> int | None:
+def session_start(db: Database) -> int | None:
     """Wall-clock time (ns since the Unix epoch) of the session's time 0, when the export says."""
     if "TARGET_INFO_SESSION_START_TIME" not in db.tables or "utcEpochNs" not in db.columns(
             "TARGET_INFO_SESSION_START_TIME"):

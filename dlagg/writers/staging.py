@@ -63,6 +63,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..errors import OptionsError, OutputError
+from ..log import shown
 from ..reports.base import Report
 from .base import WRITERS, RunInfo, atomic_write
 
@@ -77,6 +78,7 @@ except ImportError:  # not POSIX: commits of concurrent runs are not ordered
 
 STAGING = ".dlagg-staging"
 FILES, JOURNAL, TRASH, PRIMARY, SCRATCH = "files", "journal.json", "trash", "primary", "scratch"
+CLAIM = "profile"  # in a staging folder: the --profile_name whose outputs the run makes (Staging.claim)
 HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 # <STAGING>.<host>.<pid>.<tempfile's random part>
 STAGING_NAME = re.compile(re.escape(STAGING) + r"\.(?P<host>.+)\.(?P<pid>\d+)\.[a-z0-9_]+")
@@ -126,6 +128,14 @@ def check_output_names(options: Options) -> None:
     if not os.path.isabs(tb_dir) and os.path.normpath(tb_dir).split(os.sep)[0] == os.pardir:
         raise OptionsError(f"--tb_dir={tb_dir}: leaves --output_path; give a folder inside it (event_files, tb/run1), "
                            "or an absolute path to put the event files elsewhere on purpose")
+    events = os.path.normpath(os.path.join(os.path.abspath(options.output_path), tb_dir, options.profile_name))
+    taken = RANK_FOLDER.fullmatch(options.profile_name) and os.path.dirname(events) == os.path.abspath(
+        options.output_path)
+    if options.per_rank and not options.suppress_tb_files and taken:
+        raise OptionsError(f"--tb_dir={tb_dir} --profile_name={options.profile_name}: TensorBoard's run folder would "
+                           f"be {options.profile_name} in --output_path, the folder --per_rank writes rank "
+                           f"{options.profile_name[4:]}'s reports to; choose another --profile_name (not rank<N>) "
+                           "or --tb_dir (default event_files)")
 
 
 def _control(text: str) -> bool:
@@ -188,6 +198,11 @@ class Staging:
         self._lock = threading.Lock()
 
     def __enter__(self) -> Staging:
+        try:
+            self.claim()  # another run making these outputs here now: said before the work, not after it
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -327,6 +342,41 @@ class Staging:
                     if k:
                         (folder / PRIMARY).write_text(os.path.abspath(self.folders[0]), encoding="utf-8")
             return self.folders
+
+    def claim(self) -> None:
+        """Without --force, refuse now, before the work, when another run going on writes the same profile's outputs
+        into the same folder: its commit or ours would find them "already exists" only once the work is done.
+        Checked and claimed under the folder's lock, so of runs started together one goes on, the others stop."""
+        if self.force:
+            return
+        try:
+            folders = self._open()
+        except OSError as exc:
+            raise output_error(exc, self.roots[0], "the outputs") from None
+        with _locked(self.roots[:1]):
+            root = self.roots[0]
+            try:
+                entries = [p for p in root.iterdir() if p.name.startswith(STAGING + ".") and p != folders[0]]
+            except OSError:
+                entries = []
+            for folder in sorted(entries):
+                match = STAGING_NAME.fullmatch(folder.name)
+                try:
+                    claimed = (folder / CLAIM).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                if match is None or claimed != self.profile_name:
+                    continue
+                if not (_running(int(match["pid"]), folder) if match["host"] == HOST else _age(folder) < OTHER_HOST_S):
+                    continue
+                raise OutputError(f"{shown(root)}: another dlagg run (process {match['pid']} on {match['host']}) is "
+                                  f"making the outputs of --profile_name={shown(self.profile_name)} there now; wait "
+                                  "for it to end, or choose another --output_path / --profile_name (--force=true: "
+                                  "the last run to finish wins)")
+            try:
+                (folders[0] / CLAIM).write_text(self.profile_name, encoding="utf-8")
+            except OSError as exc:
+                raise output_error(exc, root, "the outputs") from None
 
     def _recover(self, root: Path) -> None:
         """Finish or remove the staging folders in `root` left by runs that are gone."""
