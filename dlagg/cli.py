@@ -13,7 +13,11 @@ one. Everything from the first word that is neither an option nor an option's va
 
 Exit codes: 0 done; 1 bad input or output, or nsys failed; 2 bad options; 3 an unexpected failure;
 4 a warning under --strict=true; the program's own status when it failed (its reports are still
-written); 130 interrupted.
+written); 130 interrupted (SIGINT, Ctrl-C), 143 stopped (SIGTERM): at any moment, one line and no partial output.
+
+The parser and its help need no pandas, pyarrow or numpy, so --help, --version and a bad option answer at
+once: the report and format names it lists are plain data in dlagg/options.py, and the pipeline is imported
+once a run starts (`run`).
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .errors import DlaggError, OptionsError
-from .limits import out_of_memory
+from .errors import DlaggError, OptionsError, interrupted
+from .limits import address_space_limit, out_of_memory, out_of_memory_loading
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log
-from .options import VERBOSITIES, Baseline, Options
-from .pipeline import check_outputs, format_choices, run
+from .options import FILE_FORMATS, REPORT_DESCRIPTIONS, VERBOSITIES, Baseline, Options
 from .record import (
     DEFAULT_BASE_NAME,
     DEFAULT_NSYS_OPTS,
@@ -45,15 +49,14 @@ from .record import (
     record,
     trace_warnings,
 )
-from .reports import REPORTS
-from .reports.expert_systems import feedback_text
 from .tuning import tune_process
-from .writers import how_to_open
-from .writers.base import written_line
+
+if TYPE_CHECKING:
+    from .pipeline import Result
 
 INTERNAL = 3  # exit code of an unexpected failure (1: bad input or output, 2: bad options)
 OUT_OF_MEMORY = 1  # not a bug: the run needs more memory than it was given
-SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower (issue 12 asks for 3)
+SLOWER = 3  # exit code of --fail_if_slower when the run is significantly slower
 STRICT = 4  # exit code of a run that gave a warning under --strict=true
 # An unknown option is offered the real ones at least this alike (difflib's ratio; '--output' ->
 # '--output_path' 0.76), the runner-up only when about as alike as the best ('--iter' -> both).
@@ -214,8 +217,8 @@ def recording_from(args: argparse.Namespace) -> Recording:
 
 def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
-    for name, spec in REPORTS.items():
-        lines.append(f"  {name:<15} {spec.description}")
+    for name, description in REPORT_DESCRIPTIONS.items():
+        lines.append(f"  {name:<15} {description}")
     compare = "With --baseline: every figure before and after, its change, and whether it is more than noise"
     lines.append(f"  {'compare':<15} {compare}")
     lines += [
@@ -306,7 +309,7 @@ def build_parser() -> Parser:
     add("--reports", type=comma_list, default=(), metavar="LIST",
         help="reports to write: all or a comma list (see below); default summary,expert_systems (DLProf: none)")
     add("--formats", type=comma_list, default=("csv",), metavar="LIST",
-        help=f"report file formats: all, or a comma list of {', '.join(format_choices())} (default csv; html: one "
+        help=f"report file formats: all, or a comma list of {', '.join(FILE_FORMATS)} (default csv; html: one "
              "self-contained page with plots; the reports that draw pictures write them as PNG with any format)")
     add("--output_path", type=Path, default=Path("."), metavar="DIR", help="folder for all outputs (default .)")
     add("--profile_name", default="dlagg", metavar="NAME",
@@ -456,9 +459,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DlaggError as exc:
         print(f"dlagg: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("dlagg: interrupted; no partial output was left behind", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGINT or SIGTERM given to the command (dlagg/__main__.py)
+        line, code = interrupted(exc)
+        print(line, file=sys.stderr)
+        return code
     except MemoryError:
         print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
         return OUT_OF_MEMORY
@@ -470,6 +474,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return OUT_OF_MEMORY
     except Exception as exc:  # a bug: one line, the traceback only when asked for
         return _internal(options, exc)
+
+
+def run(options: Options, log: Log, **kwargs: Any) -> Result:
+    """`pipeline.run`, imported only now (`_pipeline`)."""
+    return _pipeline().run(options, log, **kwargs)
+
+
+def _pipeline() -> ModuleType:
+    """dlagg.pipeline, imported when a run starts: it loads pandas, pyarrow and numpy (0.4 s), which --help, --version
+    and a bad option never need (tests/test_startup.py). An address-space limit too small for those libraries is one
+    line, not a traceback or an 'internal error' (an extension module that cannot be mapped: 'failed to map segment',
+    or numpy's own ImportError saying so in other words)."""
+    try:
+        from . import pipeline
+    except (MemoryError, ImportError) as exc:
+        if isinstance(exc, ImportError) and "failed to map segment" not in str(exc) and address_space_limit() is None:
+            raise
+        raise DlaggError(out_of_memory_loading()) from None
+    return pipeline
 
 
 def _input_path(options: Options) -> Path:
@@ -492,20 +515,25 @@ def _run(options: Options, log: Log, args: argparse.Namespace, program: list[str
         raise OptionsError(f"nothing to read: pass --nsys_database=run.sqlite (an nsys SQLite export), a program "
                            f"to run under nsys ({RUNS_PROGRAM}), or --ncu_report=step.csv")
     options, defaults = with_default_reports(options)
+    pipeline = _pipeline()  # (before tune_process, which sets pandas up)
     tune_process()
     recorded: Recorded | None = None
     if recording is not None:
         nsys = ready(program)
-        check_outputs(options)  # a report in the way is found before the program runs, not after
+        pipeline.check_outputs(options)  # a report in the way is found before the program runs, not after
         recorded = record(nsys, program, recording, log)
     ignore_file_size_signal()
     result = run(options, log, worker_init=tune_process, keep_rows=False)  # prints findings only
     return _finish(result, options, log, args, recorded, defaults)
 
 
-def _finish(result: Any, options: Options, log: Log, args: argparse.Namespace, recorded: Recorded | None,
+def _finish(result: Result, options: Options, log: Log, args: argparse.Namespace, recorded: Recorded | None,
             defaults: str) -> int:
     """What a finished run prints (findings and verdict on stdout, the files on stderr) and its exit status."""
+    from .reports.expert_systems import feedback_text  # (loaded by the run already)
+    from .writers import how_to_open
+    from .writers.base import written_line
+
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
@@ -556,8 +584,8 @@ def entry() -> NoReturn:
     """The ``dlagg`` command and ``python -m dlagg``: `main`, then the process ends at once.
 
     Every output is written, closed and renamed into place when `main` returns; what is left is
-    the interpreter tearing down millions of objects one by one (0.18 s of a 3 s run measured on
-    transformer_amp_large), which nobody waits for.
+    the interpreter tearing down millions of objects one by one (a visible share of a large run),
+    which nobody waits for.
     """
     code = main()
     sys.stdout.flush()

@@ -7,6 +7,30 @@ from pathlib import Path
 
 VERBOSITIES = ("quiet", "minimal", "normal", "detailed", "diagnostic")
 
+# What --help lists and the options accept, as plain data: the parser needs no report or writer module (they load
+# pandas, pyarrow and numpy before a --help could print). tests/test_startup.py checks both against the
+# registries they mirror (reports.REPORTS, pipeline.format_choices), so a new report or format fails there until
+# it is added here.
+REPORT_DESCRIPTIONS = {
+    "summary": "System config, wall-clock partition (TC/kernel/memory/dataloader/IO/CPU/other), iterations, totals.",
+    "detail": "Per op and direction: calls, Tensor Core eligibility/use, CPU/GPU time, CPU overhead, GPU idle.",
+    "kernel": "Per kernel and op: GPU and launch-API time (total/avg/min/max) and calls, over the aggregated "
+              "iterations.",
+    "iteration": "Every kernel launch of the aggregated iterations: iteration, timing, launch API, grid and block.",
+    "tensor": "Per Tensor-Core-eligible op: TC and non-TC kernel time, TC utilization, kernel counts and names.",
+    "op_type": "Per op type: number of ops and calls, CPU/GPU time, CPU overhead and GPU idle.",
+    "group_node": "Per group path prefix and for the whole model: op calls, TC-eligible and TC-using ops, CPU/GPU "
+                  "time,",
+    "expert_systems": "Problems found (GPU idle, input pipeline, launch bound, syncs, copies, AMP, ...) ranked by "
+                      "time at stake.",
+    "ranks": "Per rank: iteration time, compute and communication kernel time, waits, exposed communication, lateness.",
+    "collectives": "Per collective instance and rank: aligned start, duration, wait, and whether the rank arrived "
+                   "last.",
+    "roofline": "Per kernel and op type, from Nsight Compute: FLOPs, bytes, intensity, achieved rates, bound, % of "
+                "ceiling.",
+}
+FILE_FORMATS = ("csv", "html", "json")  # --formats besides all (TensorBoard is -b's business, PNGs the reports')
+
 
 @dataclass(frozen=True)
 class Options:

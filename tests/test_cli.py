@@ -63,7 +63,7 @@ def test_existing_outputs_need_force(db: Path, tmp_path: Path, capsys) -> None:
 
 
 def test_force_names_the_earlier_outputs_it_removed(db: Path, tmp_path: Path, capsys) -> None:
-    """Issue 43: --force removed an earlier run's outputs that this run does not write, without a word."""
+    """--force removed an earlier run's outputs that this run does not write, without a word."""
     out = tmp_path / "out"
     code, _, err = dlagg(capsys, f"--nsys_database={db}", "--reports=summary,kernel", "--formats=csv,json", "-b",
                          f"--output_path={out}")
@@ -157,7 +157,7 @@ def read_only_folder(tmp_path: Path) -> Path:
 def test_an_unwritable_output_path_is_found_before_the_input_is_read(db: Path, tmp_path: Path, capsys,
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       case: str) -> None:
-    """docs/cli.md: an output folder that cannot be written stops dlagg before it reads anything (issue 43: it was
+    """docs/cli.md: an output folder that cannot be written stops dlagg before it reads anything (it was
     found after the inputs were probed, or, for a read-only folder, only when the first output was written)."""
     from dlagg import pipeline
 
@@ -197,7 +197,7 @@ def test_help_lists_every_dlprof_report(capsys) -> None:
 
 
 def test_every_format_help_lists_is_accepted(db: Path, tmp_path: Path, capsys) -> None:
-    """Issue 43: --help listed png under --formats, which --formats=png then refused."""
+    """--help listed png under --formats, which --formats=png then refused."""
     code, out, _ = dlagg(capsys, "--help")
     assert code == 0
     option = " ".join(out.split("--formats LIST", 1)[1].split("\n  -", 1)[0].split())
@@ -239,7 +239,7 @@ def test_an_internal_error_is_one_line_without_traceback(db: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("raised", "code", "message"), [
-    (KeyboardInterrupt(), 130, "dlagg: interrupted; no partial output was left behind\n"),
+    (KeyboardInterrupt(), 130, "dlagg: interrupted (SIGINT); no partial output was left behind\n"),
     (MemoryError(), 1, "dlagg: error: out of memory reading cuda_basic.sqlite ("),
 ])
 def test_ctrl_c_and_out_of_memory_are_one_line(db: Path, tmp_path: Path, capsys, monkeypatch, raised: BaseException,
