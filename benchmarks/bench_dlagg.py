@@ -14,7 +14,7 @@ tiled ten times in time (``tile_export.py``), it prints, from the same run:
   the fastest run. TensorBoard files are written too when that writer exists (``-b`` otherwise).
   The child may write bytecode (an installed package has it): ``PYTHONDONTWRITEBYTECODE`` would
   otherwise make every run compile dlagg's modules again.
-- the bars of issue 2: dlagg within MAX_SCAN_RATIO of the scan, time growing linearly with size,
+- the speed bars: dlagg within MAX_SCAN_RATIO of the scan, time growing linearly with size,
   peak RSS under MAX_MEMORY_RATIO times the database size.
 
 The page cache is warmed (the file is read once) before the scan and dlagg run, so both are
@@ -50,7 +50,7 @@ SHARED_SOURCE = (REPO.parent / "shared" / "fixtures" / "nsys-2022.4" / "transfor
                  / "transformer_amp_large.sqlite.gz")
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "dlagg-bench"
 
-# The bars of issue 2 ("Speed").
+# The speed bars: fast next to a plain scan, linear in size, memory bounded by the input.
 MAX_SCAN_RATIO = 6.0  # dlagg's wall time at most 6x SQLite's scan of the same columns
 MAX_MEMORY_RATIO = 2.0  # peak RSS under twice the database file size
 # Linear growth: the 10x/1x time ratio may exceed the size ratio by this factor (run-to-run noise

@@ -11,7 +11,7 @@ too) in a subprocess and prints, from the same run:
 Twice: *cold*, with an empty cache folder (``XDG_CACHE_HOME`` pointing to a new folder), where the
 writer first builds the Vega/Vega-Lite/vega-embed JavaScript bundle with vl-convert (once per machine
 and vl-convert version), then *warm* (every later run), best of ``--repeat`` runs by total time. The
-bar (issue 14): the warm HTML share under MAX_SHARE. Figures are printed, never asserted
+bar: the warm HTML share under MAX_SHARE. Figures are printed, never asserted
 (``--strict`` exits 1 if the bar fails).
 
     python benchmarks/bench_html.py [--source X.sqlite[.gz]] [--workdir /tmp/dlagg-bench] [--repeat 3]

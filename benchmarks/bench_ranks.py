@@ -34,8 +34,8 @@ as the reader runs a rank's table reads on threads at once; 2 workers are then a
 (below) over that many times as fast.
 
 The cases run in rounds (each round runs the four, one after the other), and a ratio is taken within a
-round, then the median over rounds: on a shared machine the speed drifts over minutes (16 ranks with 2
-workers took from 6.7 to 10.6 s within 20 minutes here), so a ratio of times measured minutes apart
+round, then the median over rounds: on a shared machine the speed drifts over minutes (the same case may
+take half as long again a few minutes later), so a ratio of times measured minutes apart
 would say more about the neighbours than about dlagg. The time printed per case is its fastest run.
 
 Each round also measures what the machine itself gives two processes: the same pure-Python loop (no

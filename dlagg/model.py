@@ -135,7 +135,8 @@ class StringTable:
 
     def _texts_at(self, rows: np.ndarray) -> np.ndarray:
         """The texts at these rows of `values` as Python strings ("" for missing values), each row converted from
-        Arrow once, when first asked for: a rank's reports decode about 20 times, at 0.1-0.5 ms a conversion."""
+        Arrow once, when first asked for: a rank's reports decode many times, and each conversion from Arrow is
+        costly."""
         if not self._texts:
             self._texts.update(text=np.empty(len(self.values), dtype=object), done=np.zeros(len(self.values), bool))
         text, done = self._texts["text"], self._texts["done"]

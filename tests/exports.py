@@ -8,7 +8,7 @@ of zero length) and a schema variant (inline NVTX text or registered ``textId`` 
 ``_V2``/``_V3`` table names, ``EXPORT_META_DATA`` or ``META_DATA_EXPORT``, optional columns and
 tables left out). ``write(path)`` makes the SQLite file with nsys's table and column names.
 
-`damages()` draws a list of `Damage`: the mutation classes of issue 17 (text, reals and blobs in
+`damages()` draws a list of `Damage`: the mutation classes (text, reals and blobs in
 integer columns, NULLs, end before start, huge and negative times, duplicated rows, dropped and
 renamed tables and columns, non-UTF-8 text), applied with SQL to a written export. The key node's
 rows and ``ANALYSIS_DETAILS`` are never damaged, so the iteration windows stay computable by SQL.

@@ -325,7 +325,7 @@ VERDICT_CELLS_JS = """(() => {
 
 
 def test_html_verdict_table_keeps_its_figures_in_view(browser: Browser, compare_page: Path) -> None:
-    """Issue 43: the verdict's sentence, one cell on one line, pushed the Value column's figures off to the
+    """The verdict's sentence, one cell on one line, pushed the Value column's figures off to the
     right of the table's box; every cell is now within the box and the window, without scrolling sideways."""
     page = browser.page()
     try:

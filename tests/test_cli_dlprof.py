@@ -1,4 +1,4 @@
-"""DLProf's command line in full (issue 16 §5): every DLProf v1.8 option accepted, the program run under a
+"""DLProf's command line in full: every DLProf v1.8 option accepted, the program run under a
 stand-in nsys, no abbreviations, unknown options named, the default reports, a mistyped key node that
 cannot be missed, --strict, and GPU work outside every iteration counted."""
 

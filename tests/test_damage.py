@@ -1,4 +1,4 @@
-"""Issue 17's damage classes, one test each, on a real recording copied and mutated in the test.
+"""The damage classes, one test each, on a real recording copied and mutated in the test.
 
 Every damaged export gives a clear one-line error (exit 1) or a run whose warnings name what was
 dropped, never an internal error (exit 3), never an impossible number; when the run succeeds the

@@ -322,7 +322,7 @@ def test_dominant_kernels_edge(tmp_path: Path, small: int, fires: bool) -> None:
         assert got["dominant_kernels"].time_at_stake_ns == pytest.approx(30_000)
 
 
-# ---- dominant kernels: the advice fits the kernels it is about (issue 43) ----
+# ---- dominant kernels: the advice fits the kernels it is about ----
 
 GEMMS = ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "nvjet_sm90_tst_64x128_64x8_2x1_v_bz_NTN",
          "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8")

@@ -194,7 +194,7 @@ def test_end_of_run_says_how_to_open_the_outputs(tmp_path: Path, capsys) -> None
 
 
 def test_one_cause_one_warning_and_the_page_shows_every_warning(tmp_path: Path, capsys) -> None:
-    """Issue 43: an export without an NVTX table gave four warnings of that one cause, and the page's box showed
+    """An export without an NVTX table gave four warnings of that one cause, and the page's box showed
     only the reports' (not the reader's, the key node's or the options')."""
     import html
     import shutil
@@ -220,7 +220,7 @@ def test_one_cause_one_warning_and_the_page_shows_every_warning(tmp_path: Path, 
 def test_per_rank_run_points_at_the_job_page_and_says_where_the_ranks_pages_are(tmp_path: Path, multi,
                                                                                   capsys) -> None:
     """The job's page is the one with the ranks section; with --per_rank the ranks' pages are written first
-    (issue 43: the run ended pointing at rank0/dlagg_report.html)."""
+    (the run ended pointing at rank0/dlagg_report.html)."""
     code = main([f"--nsys_database={multi('ddp2_gpt_per_rank')}", "--per_rank=true", "--reports=all",
                  "--formats=html", "--suppress_tb_files=true", f"--output_path={tmp_path}"])
     assert code == 0

@@ -1,4 +1,4 @@
-"""Issue 16, "numbers a user can trust": every item on a hand-built case or a real fixture.
+"""Numbers a user can trust: every item on a hand-built case or a real fixture.
 
 Expected values are worked out by hand (hand-built exports), from SQL on the fixture, or are the
 figures the issue quotes from DLProf v1.8's own output; never from dlagg's output.

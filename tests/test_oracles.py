@@ -198,7 +198,7 @@ def test_leaf_range_kernels_equal_nvtxkernsum(name: str, dlagg) -> None:
 
 
 def test_cuda_basic_compute_kernel_time() -> None:
-    """The figure quoted in issue 15, straight from nvtxkernsum: compute ran 50 kernels for 291,739 ns."""
+    """The figure a user quoted, straight from nvtxkernsum: compute ran 50 kernels for 291,739 ns."""
     compute = nvtxkernsum_by_range("cuda_basic").loc["compute"]
     assert (compute["total"].sum(), compute["calls"].sum()) == (291_739, 50)
 

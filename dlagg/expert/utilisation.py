@@ -144,7 +144,7 @@ def input_pipeline(facts: Facts) -> list[Finding]:
 def kernel_advice(facts: Facts, top: pd.DataFrame, top_ids: pd.Index) -> list[str]:
     """Advice that fits the top kernels, one step per kernel family (classify.KERNEL_FAMILIES) naming which of the
     kernels it is for: cudnn.benchmark for cuDNN convolutions, shapes and precision for GEMMs, fusion for elementwise
-    kernels (issue 43: nvjet GEMMs were told to set cudnn.benchmark)."""
+    kernels (so that nvjet GEMMs are not told to set cudnn.benchmark)."""
     first = pd.Series(top["name_id"].to_numpy(), index=facts.short_ids(top)).groupby(level=0, sort=False).first()
     families: dict[KernelFamily, list[int]] = {}
     for place, short_id in enumerate(top_ids, start=1):  # three kernels at most

@@ -797,7 +797,7 @@ def op_ids(ops: pd.DataFrame) -> np.ndarray:
     a backward op linked to a forward op shares its ID. `ops` has op_key, op_type, order and
     forward_op_key ('' for an op that is not linked); the same function numbers one rank's ops and
     the ops of several ranks combined. Numbered in Python over the ops (a few hundred a rank, twice a rank and
-    once a merge), where pandas' sort and group-by took 5 ms a call."""
+    once a merge), where pandas' sort and group-by cost far more than the work on so few rows."""
     keys = ops["op_key"].to_numpy(dtype=object)
     forward = ops["forward_op_key"].to_numpy(dtype=object)
     types = ops["op_type"].astype(str).to_numpy(dtype=object)
@@ -819,7 +819,7 @@ OP_ID_PARTS = re.compile(r"^(.*?)_(\d+)$")  # type stem, ordinal
 def op_id_order(ids: pd.Series | np.ndarray) -> np.ndarray:
     """Positions that sort Op IDs as DLProf's detailed report lists them: by type stem, then ordinal as a
     number (``CONV2D_2`` before ``CONV2D_10``); empty IDs first. Computed per distinct ID (a few hundred: sorted
-    in Python, where pandas' string extraction and sort cost 3 ms a call)."""
+    in Python, where pandas' string extraction and sort cost far more than the work)."""
     distinct, inverse = np.unique(np.asarray(ids, dtype=object).astype(str), return_inverse=True)
 
     def key(text: str) -> tuple[str, int, str]:

@@ -207,7 +207,7 @@ def merges(name: str) -> Callable[[Merger], Merger]:
 # op either. The first of these causes present (texts the warnings hold: the reader's missing table, the key node's
 # "no ranges", the ops' "no op range") says it once; the later causes are restatements of it and left out, and a
 # consequence elsewhere (Tensor Core Kernel Utilization %) is told in the same line, after it ("From the same
-# cause, ..."; issue 43: an export without an NVTX table gave four warnings).
+# cause, ..."), so an export without an NVTX table gives one warning, not four.
 NO_NVTX_CAUSES = ("table (NVTX ranges): ", "the profile has no NVTX ranges", "no NVTX range below the key node "
                   "defines an op")
 NO_NVTX_CONSEQUENCES = ("no Tensor-Core-eligible op",)

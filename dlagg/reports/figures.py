@@ -123,7 +123,7 @@ class Table:
     @property
     def values(self) -> dict[str, object]:
         """A key/value table's figures by key (plain Python values): read when the table is made, so that a merge of
-        many ranks does not read every rank's in this process (0.17 ms a summary table: 0.2 s at 1,024 ranks)."""
+        many ranks does not read every rank's in this process, where the cost grows with the ranks."""
         return dict(self._values) if self._values else self._first_row()
 
     def _first_row(self) -> dict[str, object]:

@@ -87,7 +87,7 @@ def _rows(rows: pd.DataFrame, ops: pd.DataFrame, iterations: int) -> pd.DataFram
     per-iteration averages, minima and maxima over `iterations` aggregated iterations.
 
     In numpy over the (prefix, iteration) sums: a few hundred rows, where each pandas group-by cost more than
-    its work (the two calls of a rank's `by_prefix` took 34 ms in group-bys, 4.4 ms so)."""
+    its work."""
     prefix, names = pd.factorize(rows["prefix"].to_numpy(dtype=object))  # in order of first appearance
     iteration, distinct = pd.factorize(rows["iteration"].to_numpy())
     width = max(len(distinct), 1)

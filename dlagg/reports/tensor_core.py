@@ -64,7 +64,7 @@ def _kernel_names(ctx: RankContext, keys: pd.Index) -> tuple[pd.Series, pd.Serie
     pairs, inverse = np.unique(key * span + short + 1, return_inverse=True)
     pair_tc = np.bincount(np.ravel(inverse), weights=tc, minlength=len(pairs)) > 0
     pair_names = ctx.profile.strings.decode(pairs % span - 1).to_numpy(dtype=object)
-    # in Python over the distinct (op, kernel) pairs: a pandas group-by with a join per op took 6 ms a rank
+    # in Python over the distinct (op, kernel) pairs: a pandas group-by with a join per op costs more than the work
     tc_names: dict[int, set[str]] = {}
     other_names: dict[int, set[str]] = {}
     for k, name, uses in zip((pairs // span).tolist(), pair_names.tolist(), pair_tc.tolist(), strict=True):

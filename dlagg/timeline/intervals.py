@@ -31,12 +31,6 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return block_starts, reach[last_of_block]
 
 
-def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
-    """Total length covered by at least one interval."""
-    s, e = merge(starts, ends)
-    return int((e - s).sum())
-
-
 def coverage(merged_starts: np.ndarray, merged_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the (already merged) union that lies before each time in `t`."""
     t = np.asarray(t, dtype=np.int64)

@@ -704,8 +704,8 @@ def _scalar_metadata(description: str) -> bytes:
 def string_tensor(value: str | bytes | Sequence[bytes]):  # -> tensor_pb2.TensorProto (imported lazily)
     """The tensor ``tensor_util.make_tensor_proto(value, dtype=np.object_)`` makes of one string (a scalar, text
     in UTF-8) or a list of byte strings (a vector), the value of TensorBoard's text, image and custom-scalars
-    summaries. Built directly: tensor_util imports tensorboard's TensorFlow stub and its protos (20-30 ms of a
-    run), for three fields."""
+    summaries. Built directly: tensor_util imports tensorboard's TensorFlow stub and its protos (a noticeable part
+    of a run's start), for three fields."""
     from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 
     one = isinstance(value, (str, bytes))

@@ -2,7 +2,7 @@
 
 A record is ``length (uint64 LE) | masked CRC-32C of length (uint32 LE) | data | masked CRC-32C of data``,
 as tensorboard's ``RecordWriter`` writes it. tensorboard's own CRC-32C (its TensorFlow stub) is a Python
-loop over bytes, about 0.15 µs a byte: most of the time of writing a many-ranks job's event files. Here
+loop over bytes, slow enough to be most of the time of writing a many-ranks job's event files. Here
 the records of a file are cut into chunks of CHUNK bytes, every chunk's CRC register is advanced by one
 numpy step per byte position (all chunks at once), and a record's chunks are then chained with a table
 of the register's advance over CHUNK zero bytes (a CRC is linear over GF(2)).
