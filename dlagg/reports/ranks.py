@@ -279,8 +279,8 @@ def straggler(job: JobFigures) -> list[Finding]:
         estimate=("what the step would save if this rank were as fast as the others: the median per iteration of "
                   "its iteration time less the longest time another rank works on its own (its iteration less the "
                   "time its host waits for the GPU, or less the time its GPU idles or waits at the collectives, "
-                  "whichever is longer). An upper bound where the ranks share the host's CPUs: the others may slow "
-                  "down once this rank works as much as they do (docs/ranks.md)"),
+                  "whichever is longer). An order of magnitude, not a bound: the others' hosts may slow down once "
+                  "this rank works as much as they do, or wait for it without a synchronising call (docs/ranks.md)"),
         iterations=iteration_list(saving.index.to_numpy()),
     )]
 
