@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-QUIET, MINIMAL, NORMAL, DETAILED, DIAGNOSTIC = range(5)
+MINIMAL, NORMAL, DETAILED, DIAGNOSTIC = range(1, 5)
 
 
 def shown(path: object) -> str:

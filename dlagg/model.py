@@ -177,7 +177,6 @@ SYSTEM_INFO = "SystemInfo:"  # the prefix of the SystemInfo table's lines in Pro
 class ProfileMeta:
     source: str  # file name, not an absolute path, for report metadata
     nsys_version: str  # EXPORT_PRODUCT_VERSION, or "" when the export does not say
-    schema_version: str
     tables: Mapping[str, str]  # dlagg table name -> physical table it was read from
     system_env: Mapping[str, str]  # TARGET_INFO_SYSTEM_ENV name -> value, and SYSTEM_INFO + name -> value
     domains: Mapping[int, str]  # NVTX domain id -> domain name (0 = default domain)

@@ -595,8 +595,6 @@ def read_kineto(path: str | Path) -> Profile:
     meta = ProfileMeta(
         source=path.name,
         nsys_version="",
-        schema_version=f"PyTorch profiler trace, schemaVersion {head.schemaVersion}" if head.schemaVersion
-        is not None else "PyTorch profiler trace",
         tables={name: "traceEvents" for name, frame in frames.items() if len(frame)},
         system_env={"CudaDriverVersion": str(head.cuda_driver_version)} if head.cuda_driver_version else {},
         domains={0: ""},

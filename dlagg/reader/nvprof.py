@@ -63,8 +63,8 @@ MARKER_TABLE = "CUPTI_ACTIVITY_KIND_MARKER"
 STRING_TABLE = "StringTable"
 RECORD_AGAIN = "record it again with 'nvprof -o'"
 
-# CUpti_ActivityFlag bits of marker rows
-MARKER_INSTANTANEOUS, MARKER_START, MARKER_END = 1, 2, 4
+# CUpti_ActivityFlag bits of marker rows (bit 1, an instantaneous marker, is no range and is not read)
+MARKER_START, MARKER_END = 2, 4
 # CUpti_ActivityObjectKind of a marker's objectId: 1 process, 2 thread (pid, tid); others name no thread
 OBJECT_PROCESS, OBJECT_THREAD = 1, 2
 # nsys's ENUM_CUDA_MEM_KIND has no "unknown" first: CUPTI kind k is nsys kind k - 1, CUPTI 0 is nsys 7
@@ -335,7 +335,6 @@ def read_nvprof(db: Database) -> Profile:
     meta = ProfileMeta(
         source=db.path.name,
         nsys_version="",
-        schema_version=f"nvprof database version {version}" if (version := _version(db)) is not None else "nvprof",
         tables=read.physical,
         system_env={},
         domains=strings.domains(ranges["domain"].to_numpy()),
@@ -398,13 +397,6 @@ def _devices_of(context: np.ndarray, devices: dict[int, int]) -> np.ndarray:
     values = np.array([devices[k] for k in keys], dtype=np.int64)
     pos = np.minimum(np.searchsorted(keys, context), len(keys) - 1)
     return np.where(keys[pos] == context, values[pos], 0)
-
-
-def _version(db: Database) -> int | None:
-    if "Version" not in db.tables or "version" not in db.columns("Version"):
-        return None
-    value = db.query('SELECT max("version") FROM "Version"')[0][0]
-    return int(value) if isinstance(value, int) else None  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

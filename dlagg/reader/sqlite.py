@@ -783,7 +783,6 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
     meta = ProfileMeta(
         source=path.name,
         nsys_version=meta_values.get("EXPORT_PRODUCT_VERSION", ""),
-        schema_version=meta_values.get("EXPORT_SCHEMA_VERSION", ""),
         tables=physical,
         system_env=env,
         domains=domains,
