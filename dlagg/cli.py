@@ -319,6 +319,29 @@ def build_parser() -> Parser:
     add("--iter_start", type=iteration, default=None, metavar="N", help="first iteration to aggregate (default 0)")
     add("--iter_stop", type=iteration, default=None, metavar="N", help="last iteration to aggregate (default: last)")
     add("--domains", type=comma_list, default=(), metavar="LIST", help="NVTX domains that define ops (default all)")
+    add_output_arguments(parser)
+    add("--workers", type=workers, default=None, metavar="N",
+        help="processes reading ranks and writing their outputs at once (default: one per core this process may "
+             "use, no more than the memory available holds; 1: in this process); with --scheduler, the processes "
+             "here that write the outputs")
+    add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
+        help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
+             "needs pip install 'dlagg[dask]'")
+    add_roofline_arguments(parser)
+    add("--check", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
+        help="check every SQLite export's pages (SQLite's quick_check, beside the read) and refuse a damaged one "
+             "(default true; false reads what can still be read)")
+    add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
+        help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
+             "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
+    add_baseline_arguments(parser)
+    add_dlprof_arguments(parser)
+    return parser
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--force to --per_rank: how outputs are written, and what stderr says."""
+    add = parser.add_argument
     add("-f", "--force", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="overwrite existing outputs (default false)")
     add("-v", "--verbosity", choices=VERBOSITIES, default="normal", help="stderr detail (default normal)")
@@ -332,20 +355,6 @@ def build_parser() -> Parser:
              "carriage return gets a ' in front so that a spreadsheet does not run it as a formula (default false)")
     add("--per_rank", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help="with several ranks, also write every report per rank under <output_path>/rank<N>/ (default false)")
-    add("--workers", type=workers, default=None, metavar="N",
-        help="processes reading ranks and writing their outputs at once (default: one per core this process may "
-             "use, no more than the memory available holds; 1: in this process); with --scheduler, the processes "
-             "here that write the outputs")
-    add("--scheduler", default=os.environ.get("DASK_SCHEDULER_ADDRESS") or None, metavar="ADDRESS",
-        help="read the ranks on this Dask distributed scheduler (tcp://host:8786; default $DASK_SCHEDULER_ADDRESS); "
-             "needs pip install 'dlagg[dask]'")
-    add_roofline_arguments(parser)
-    add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
-        help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
-             "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
-    add_baseline_arguments(parser)
-    add_dlprof_arguments(parser)
-    return parser
 
 
 def add_roofline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -417,6 +426,7 @@ def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> 
         ncu_rank=args.ncu_rank,
         baseline=baseline,
         raw_csv=args.raw_csv,
+        check=args.check,
     )
 
 

@@ -62,6 +62,7 @@ class Options:
     peaks: Path | str | None = None
     ncu_rank: int | None = None
     baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
+    check: bool = True  # SQLite's quick_check of every export beside the read (reader/integrity.py)
     raw_csv: bool = False  # CSV text cells exactly as the profile has them (--raw_csv): formula-like ones not defused
 
     def __post_init__(self) -> None:

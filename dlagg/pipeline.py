@@ -50,6 +50,7 @@ from .options import Options
 from .pool import pool_size, shared_map, start_early, worker_lost
 from .reader import check_input
 from .reader.discover import Job, ProbeAll, discover, input_paths
+from .reader.integrity import PageCheck
 from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.figures import Table
@@ -249,16 +250,17 @@ def _staging(options: Options, log: Log) -> Staging:
                    suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
 
 
-def _checked_inputs(given: Path | str, log: Log) -> list[Path]:
+def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
     """The profiles given (--nsys_database, --trace), each checked; files of a folder that are no profile are
-    left out, with a note."""
+    left out, with a note. And the check of their pages, under way (none with --check=false)."""
     skipped: list[str] = []
-    paths = input_paths(given, skipped)
+    assert options.nsys_database is not None
+    paths = input_paths(options.nsys_database, skipped)
     for note in skipped:
         log.warn(note)
     for path in paths:
         check_input(path)
-    return paths
+    return paths, PageCheck(paths if options.check else [])
 
 
 def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
@@ -340,7 +342,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
     with collector_spared(), ExitStack() as pools:  # pools end after the staging folder, once its writes have
-        paths = _checked_inputs(options.nsys_database, log)
+        paths, pages = _checked_inputs(options, log)  # the pages' verdict comes before outputs are moved into place
         workers = _pool(options, [_file_size(p) for p in paths], worker_init, pools, log)
         job = _discovered(options, paths, workers, log)
         options = with_ncu_rank(options, job)
@@ -378,7 +380,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 reports = _loaded(reports)
                 for rank in ranks:  # ranks, not events
                     rank.reports.update(zip(rank.reports, _loaded(list(rank.reports.values())), strict=True))
-            written = writes.results(formats, names)
+            written = writes.results(formats, names, before=pages.verdict)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
 
 
@@ -750,9 +752,10 @@ class _Writes:
             job.cancel()
         wait([job for *_, job in self.jobs])
 
-    def results(self, formats: list[str], names: list[str]) -> list[Path]:
+    def results(self, formats: list[str], names: list[str], before: Callable[[], None] = lambda: None) -> list[Path]:
         """Paths written (moved into place), by format then report (in `names` order); the first failure is
-        raised once every job has ended, and then nothing is moved. This process takes the waiting jobs too
+        raised once every job has ended, and then nothing is moved, nor when `before` (run once every job has
+        ended, the input's page check) raises. This process takes the waiting jobs too
         (one queue with the lanes), and those waiting for files (joins, writers taking pieces) as soon as their
         files are made."""
         while (job := self._next()) is not None:
@@ -764,6 +767,7 @@ class _Writes:
         failed = next((exc for *_, job in self.jobs if (exc := job.exception()) is not None), None)
         if isinstance(failed, BrokenExecutor):  # a pool's worker killed while it wrote
             raise worker_lost(self.pool, "writing the reports")
+        before()
         done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
                 for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
         self.staging.commit()

@@ -1,0 +1,94 @@
+"""SQLite's own check of an export's pages, run beside the read.
+
+An export whose pages were swapped, overwritten or cut can still open, and the reader then sees rows that are
+silently missing or belong elsewhere: Input Shapes go blank, kernel totals change, and no warning says so. SQLite's
+``PRAGMA quick_check`` walks every page of every table and finds such damage, at about a tenth of a run's CPU time.
+It runs in a thread of its own while the run reads and reduces (sqlite releases the GIL while it works, so on a
+machine of two cores or more it costs the run little wall time), and its verdict is taken before any output is
+moved into place: a damaged export gives one line and no outputs. ``--check=false`` skips it, for a user who wants
+what can still be read from a file they know is damaged.
+
+Only SQLite inputs are checked; a trace's gzip stream carries its own checksum and its JSON fails to parse when cut.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import InputError
+from ..log import shown
+from .sqlite import SQLITE_MAGIC
+
+MESSAGES = 3  # quick_check's first lines quoted in the error: enough to tell the damage's kind
+
+
+class PageCheck:
+    """`PRAGMA quick_check` of every SQLite file of `paths`, one after the other in a daemon thread started at once;
+    `verdict` waits for it and raises `InputError` for the first damaged file."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self._paths = [p for p in paths if _is_sqlite(p)]
+        self._failure: str | None = None
+        self._error: BaseException | None = None  # raised in the thread (out of memory): raised again in `verdict`
+        self._thread = threading.Thread(target=self._check_all, name="dlagg-page-check", daemon=True)
+        if self._paths:
+            self._thread.start()
+
+    def _check_all(self) -> None:
+        try:
+            for path in self._paths:
+                problem = _quick_check(path)
+                if problem is not None:
+                    self._failure = damaged(path, problem)
+                    return
+        except BaseException as exc:  # the run's own handlers say what it means, from the main thread
+            self._error = exc
+
+    def verdict(self) -> None:
+        if self._thread.ident is not None:  # started
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self._failure is not None:
+            raise InputError(self._failure)
+
+
+def damaged(path: Path, problem: str) -> str:
+    """The one line for an export SQLite finds damaged."""
+    return (f"{shown(path)}: the file is damaged (SQLite's quick_check: {problem}), so its figures could be wrong or "
+            "missing; export the report again (nsys export --type sqlite), or pass --check=false to read what can "
+            "still be read")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:  # the reader says what is wrong with an unreadable file
+        return False
+
+
+def _quick_check(path: Path) -> str | None:
+    """None when SQLite finds the file's pages sound, else what it says (its first lines, or the error it raised).
+    The connection is read-only and immutable, as the reader's: the check never writes or locks the file."""
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                     check_same_thread=False)
+        connection.text_factory = lambda raw: raw.decode("utf-8", "replace")  # damage may reach the messages
+        try:
+            rows = connection.execute("PRAGMA quick_check").fetchall()
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        return str(exc)
+    lines = [str(row[0]) for row in rows]
+    if lines == ["ok"]:
+        return None
+    # a row may hold several lines, the first naming the schema ("*** in database main ***")
+    lines = [line for row in lines for line in row.splitlines() if line.strip() and not line.startswith("***")]
+    shown_lines = "; ".join(shown(line) for line in lines[:MESSAGES])
+    more = f"; and {len(lines) - MESSAGES} more" if len(lines) > MESSAGES else ""
+    return shown_lines + more
