@@ -29,8 +29,9 @@ from .conftest import BUNDLED, RECORDINGS, ROOT, fixture_path, ncu_csv, recordin
 from .test_tensorboard_server import tensorboard
 
 CHROMIUM = chromium_path()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
-                                "chromium; or set DLAGG_CHROMIUM): the browser tests need it")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install "
+                                 "chromium; or set DLAGG_CHROMIUM): the browser tests need it")]
 ITER_START = 2  # the first two iterations are warm-up: the pictures show the aggregated range apart
 MAX_PNG_BYTES = 400_000  # keeps the README and docs light
 RENDER_TIMEOUT_S = 90

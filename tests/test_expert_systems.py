@@ -20,6 +20,7 @@ from dlagg.timeline.iterations import detect_iterations
 from . import dlprof_csv, recorded
 from .builders import ExportBuilder
 from .conftest import RECORDINGS, recording
+from .marks import quick_on
 
 STAKE = "Time At Stake Per Iteration (ns)"
 
@@ -89,7 +90,7 @@ def steady_range(durations: np.ndarray) -> tuple[int, int, np.ndarray]:
     return first, last, outlier
 
 
-@pytest.mark.parametrize("name", RECORDINGS)
+@pytest.mark.parametrize("name", quick_on("h2d_heavy", RECORDINGS))
 def test_rule_based_detectors_agree_with_sql(name: str, tmp_path: Path) -> None:
     """key_node, iteration_variation, underutilized_gpu and input_pipeline, both ways, from the
     documented rules (docs/expert_systems.md) applied to windows and intervals read with SQL."""

@@ -26,6 +26,7 @@ from dlagg.reader import load_profile
 
 from . import dlprof_csv
 from .conftest import dlagg, fixture_path
+from .marks import quick_on
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -74,7 +75,7 @@ def kernel_sums(path: Path, until: int | None = None) -> dict[str, int]:
     return dict(sums)
 
 
-@pytest.mark.parametrize("name", ["resnet_amp", "ddp2"])
+@pytest.mark.parametrize("name", quick_on("resnet_amp", ["resnet_amp", "ddp2"]))
 def test_the_reader_keeps_every_kernel_to_the_nanosecond(name: str) -> None:
     for path in traces(name):
         profile = load_profile(path)

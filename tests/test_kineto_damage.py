@@ -305,6 +305,7 @@ def ranks_folder(tmp_path: Path, *traces: tuple[str, dict | Path]) -> Path:
     return folder
 
 
+@pytest.mark.processes
 def test_different_world_sizes(tmp_path: Path, capsys) -> None:
     other = trace("ddp2", 1)
     other["distributedInfo"]["world_size"] = 4
@@ -314,6 +315,7 @@ def test_different_world_sizes(tmp_path: Path, capsys) -> None:
             "rank0.1.pt.trace.json.gz of 2")
 
 
+@pytest.mark.processes
 def test_traces_recorded_at_different_times(tmp_path: Path, capsys) -> None:
     """Same world size, but rank 1's profile was recorded an hour after rank 0's: not one run."""
     other = trace("ddp2", 1)

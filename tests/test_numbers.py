@@ -29,6 +29,7 @@ from dlagg.timeline.iterations import detect_iterations
 from . import dlprof_csv, recorded
 from .builders import ExportBuilder
 from .conftest import ROOT, SHARED, recording
+from .marks import quick_on
 
 MS = 1_000_000
 DLPROF = SHARED / "public" / "MohanadOdema__DLProf__nsys_profile.sqlite"
@@ -166,7 +167,7 @@ def test_steady_range_says_why_it_was_chosen(tmp_path: Path) -> None:
 IN_STEP = ("cuda_basic", "resnet_fp32", "resnet_amp", "dataloader_bound", "h2d_heavy")
 
 
-@pytest.mark.parametrize("name", IN_STEP)
+@pytest.mark.parametrize("name", quick_on("h2d_heavy", IN_STEP))
 def test_recordings_that_keep_up_keep_their_figures(name: str, tmp_path: Path) -> None:
     ends = recorded.key_ends(name)
     assert (recorded.gpu_side_ends(name) == ends).all()  # premise (SQL)

@@ -25,6 +25,7 @@ from dlagg.reader import load_profile
 
 from . import dlprof_csv
 from .conftest import RECORDINGS, recording, recording_dir
+from .marks import quick_on
 from .recorded import (
     KEY_NODE,
     RANGE_TYPES,
@@ -124,7 +125,7 @@ def test_cuda_basic_user_ranges_are_its_three_phases_and_setup() -> None:
     assert "h2d/compute/d2h ranges" in description and "setup range" in description
 
 
-@pytest.mark.parametrize("name", RECORDINGS)
+@pytest.mark.parametrize("name", quick_on("h2d_heavy", RECORDINGS))
 def test_iterations_are_cut_at_the_key_node_range_ends(name: str, dlagg) -> None:
     """Iteration i spans (end of iteration i-1, end of iteration i], where it ends at the later of the end
     of train_step i and the end of the GPU work launched in train_step i's window (docs/reports.md)."""

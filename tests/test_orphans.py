@@ -126,6 +126,7 @@ INPUTS = {
 @needs_proc
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("given", list(INPUTS))
+@pytest.mark.processes
 def test_a_killed_multi_rank_run_leaves_no_process_and_writes_nothing_after(given: str, signum: int, multi,
                                                                              tmp_path: Path) -> None:
     code, stderr = kill_once_workers_exist(INPUTS[given](multi), tmp_path / "out", signum)

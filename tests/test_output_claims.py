@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from dlagg.cli import main
 from dlagg.writers.staging import HOST
 
@@ -55,6 +57,7 @@ def test_a_run_finds_another_run_making_the_same_outputs_before_its_work(tmp_pat
         sleeper.wait()
 
 
+@pytest.mark.processes
 def test_concurrent_runs_into_one_folder_refuse_early(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = [sys.executable, "-m", "dlagg", f"--nsys_database={recording('resnet_amp')}", "--reports=all",

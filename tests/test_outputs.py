@@ -343,6 +343,7 @@ def test_a_file_size_limit_is_an_output_error_and_the_previous_set_stays(tmp_pat
 
 
 @pytest.mark.parametrize("workers", [2, 1], ids=["pool-writes", "thread-writes"])
+@pytest.mark.processes
 def test_a_file_size_limit_in_a_job_of_ranks_is_one_output_error(tmp_path: Path, multi, workers: int) -> None:
     """A job of several ranks writes its reports on the pool's worker processes (--workers=2) or on a writer thread
     (--workers=1): past the limit both say the same one line, and nothing is left behind."""
@@ -545,6 +546,7 @@ def run_trials(tmp_path: Path, references: dict[str, Path], count: int, seed: in
     return trials
 
 
+@pytest.mark.processes
 def test_kill_9_at_random_moments_leaves_one_complete_set(tmp_path: Path, references) -> None:
     """Four real runs at once (two with --force over the old set, two into an empty folder) killed at seeded
     random moments of their writing and of their commit (within 2 ms of the journal's appearance); the slow

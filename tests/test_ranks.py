@@ -256,6 +256,7 @@ def test_per_rank_reports_are_each_file_run_alone(outputs, multi, tmp_path) -> N
             assert (outputs[PER] / f"rank{rank}" / csv.name).read_bytes() == csv.read_bytes(), csv.name
 
 
+@pytest.mark.processes
 def test_ranks_reports_are_released_once_merged_and_the_job_reports_stay_the_same(outputs, multi,
                                                                                 tmp_path) -> None:
     """Without --per_rank the parent drops each rank's own report once merged (it holds the rows once): the
@@ -272,6 +273,7 @@ def test_ranks_reports_are_released_once_merged_and_the_job_reports_stay_the_sam
         assert (tmp_path / name).read_bytes() == (outputs[PER] / name).read_bytes(), name
 
 
+@pytest.mark.processes
 def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> None:
     distributed = pytest.importorskip("distributed")
     args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-b", "-v", "quiet"]
@@ -307,6 +309,7 @@ def mapped_on_its_own(nbytes: int) -> bool | None:
     return mapped
 
 
+@pytest.mark.processes
 def test_dask_workers_are_left_as_found_and_said_to_be_slower_and_preloaded_ones_are_as_dlaggs_own(multi, tmp_path,
                                                                                                   capsys) -> None:
     """dlagg leaves a Dask cluster's workers as it finds them, and says what in them makes a rank slower than in its
@@ -376,6 +379,7 @@ def events(folder: Path) -> dict[str, list[bytes]]:
     return runs
 
 
+@pytest.mark.processes
 def test_the_pool_makes_the_text_dashboards_with_the_reports_files(multi, tmp_path, monkeypatch) -> None:
     """Each report's text dashboards are made by the job that writes its files (on the pool's worker or here), and
     the TensorBoard job takes them all: the event files hold what --workers=1 writes, and no piece is left over."""
@@ -422,6 +426,7 @@ def written_in_parts(monkeypatch, args: list[str], out: Path) -> list[tuple[str,
     return joined
 
 
+@pytest.mark.processes
 def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_path, monkeypatch) -> None:
     """With parts of 1,024 rows, the iteration report's 14,000-odd rows (and the summary's timeline) are formatted
     in parts by this process and the pool and joined: every file is the bytes --workers=1 writes whole."""
@@ -434,6 +439,7 @@ def test_big_tables_written_in_parts_by_the_pool_are_the_same_bytes(multi, tmp_p
     assert {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()} == expected
 
 
+@pytest.mark.processes
 def test_on_the_pool_the_launches_stay_where_each_rank_was_reduced(multi, tmp_path) -> None:
     """The iteration report's rows (one per kernel launch) and the summary's GPU timeline of a rank reduced on the
     local pool are kept in files of the staging folder: the rank's figures hold none of them, the merged report
@@ -515,6 +521,7 @@ def test_a_rank_ships_its_system_config_not_the_whole_environment(multi) -> None
     assert figures.reports["summary"].table("system").values["cpu_model"] == env["CpuDescription"]
 
 
+@pytest.mark.processes
 def test_on_dask_the_outputs_are_written_here_by_a_local_pool(multi, tmp_path, monkeypatch) -> None:
     """With --scheduler the cluster reduces the ranks and the outputs are written here, by this process and a local
     pool (--workers=2), big tables in parts: the same bytes as --workers=1."""
@@ -546,6 +553,7 @@ def two_process_export(path: Path, steps: tuple[int, int] = (3, 3)) -> Path:
     return b.write(path)
 
 
+@pytest.mark.processes
 def test_the_largest_ranks_are_reduced_first(tmp_path, capsys) -> None:
     """A rank's share is its file's size over the file's ranks (os.stat, not dlagg): the ranks are taken largest
     first, ties in rank order, so that a big rank is not left to run alone at the end."""
@@ -655,6 +663,7 @@ def test_a_rank_read_on_one_thread_is_read_as_on_four(multi) -> None:
     assert len(one.kernels) > 1000 and len(one.nvtx) > 100 and one.meta == four.meta
 
 
+@pytest.mark.processes
 def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(multi, monkeypatch, tmp_path) -> None:
     """Each of the processes that reduce ranks at once reads its files on its share of the machine's cores (at
     least 1, at most 4): with 2 workers on 6 cores, this process (one of the two) reads its ranks on 3 threads;
@@ -734,6 +743,7 @@ def test_files_holding_several_ranks_get_a_process_per_rank_not_per_file(multi, 
     assert seen and set(seen) == {2}, seen
 
 
+@pytest.mark.processes
 def test_the_ranks_figures_are_kept_from_the_collector_until_the_run_ends(multi, tmp_path) -> None:
     """A full garbage collection visits every object held, while nothing else in the process runs: the ranks' figures,
     held until the merge, are frozen as they come (gc.freeze), and the run gives them back to the collector when it
@@ -759,6 +769,7 @@ def test_the_ranks_figures_are_kept_from_the_collector_until_the_run_ends(multi,
         gc.unfreeze()
 
 
+@pytest.mark.processes
 def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
     """A worker that takes long to start (here its initializer sleeps 3 s) is given no rank until it is up: this
     process reduces every rank meanwhile, and none waits in the pool's queue (the workers' fork server can still

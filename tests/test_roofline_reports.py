@@ -26,6 +26,7 @@ import pytest
 from dlagg.cli import main
 
 from .conftest import BUNDLED, ncu_csv, ncu_dir, recording
+from .marks import quick_on
 from .test_roofline import SASS, num, oracle, raw_csv, without_columns, write_csv
 
 WORKLOADS = ("resnet_amp", "resnet_fp32")
@@ -138,7 +139,7 @@ PEAKS = {  # the pipe that does the most FLOPs in each step, and its ncu ceiling
 
 # --- both fixtures, matched to their nsys recordings -------------------------------------------
 
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", quick_on("resnet_amp", WORKLOADS))
 def test_roofline_report_per_kernel_equals_the_raw_csv_and_the_nsys_export(runs, name: str) -> None:
     out, err = with_ncu(runs, name)
     assert {"dlagg_roofline.csv", "dlagg_roofline.json", "dlagg_roofline.png", "dlagg_roofline_op_type.png"} <= {

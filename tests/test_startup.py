@@ -178,6 +178,7 @@ def test_a_signal_at_any_moment_ends_the_run_with_one_line(moment: str, signum: 
 
 
 @needs_proc
+@pytest.mark.processes
 @pytest.mark.parametrize("moment", ["0.1 s (the fork server importing)", "reading the ranks"])
 def test_ctrl_c_at_the_terminal_during_a_pooled_run_is_one_line(moment: str, multi, tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches the pool's fork server too: while it imports dlagg it must not print a

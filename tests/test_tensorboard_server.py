@@ -30,6 +30,7 @@ from dlagg.writers.tensorboard_writer import MAX_LINES, TOP_OP_TYPES
 
 from .conftest import ncu_csv, recording
 
+pytestmark = pytest.mark.browser  # what a browser asks TensorBoard: CI runs these, the default run does not
 START, STOP = 3, 12
 # TensorBoard imports and loads the folder in a few seconds; a slow CI machine gets a margin.
 STARTUP_TIMEOUT_S = 60

@@ -90,7 +90,8 @@ def _align(ranks: Sequence[RankInput], table: pd.DataFrame, warnings: list[str])
     reference = files[0]
     base: dict[str, int] = {}
     for f in files:  # files, not events
-        if starts[f] is None or starts[reference] is None:
+        start, reference_start = starts[f], starts[reference]
+        if start is None or reference_start is None:
             base[f] = 0
             if f != reference:
                 warnings.append(f"clocks: {f} does not record its session start time; its clock is aligned by "
@@ -98,7 +99,7 @@ def _align(ranks: Sequence[RankInput], table: pd.DataFrame, warnings: list[str])
                                 f"clocks: {f} does not record its session start time and has no collectives to align "
                                 "by; its times are taken as they are")
         else:
-            base[f] = int(starts[f]) - int(starts[reference])  # type: ignore[operator]
+            base[f] = int(start) - int(reference_start)
     file_of = {r.rank: r.file for r in ranks}
     offsets = {r.rank: base[r.file] for r in ranks}
     if len(files) > 1 and len(table) and table["matched"].any():

@@ -64,7 +64,8 @@ def underutilized_gpu(facts: Facts) -> list[Finding]:
     largest = max(typical, key=lambda name: typical[name])
     idle = float(np.median(duration - gpu))
     low = facts.aggregated[per_iteration < UNDERUTILIZED_MAX_BUSY]
-    parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in sorted(typical, key=typical.get, reverse=True))
+    by_size = sorted(typical, key=lambda name: typical[name], reverse=True)
+    parts = ", ".join(f"{IDLE_CLASSES[n]} {ms(typical[n])}" for n in by_size)
     summary = ", ".join(f"{CLASS_LABELS[n].removesuffix(' %')} {pct(bd[n].sum(), wall)}" for n in IDLE_CLASSES)
     return [Finding(
         detector="underutilized_gpu",

@@ -23,7 +23,7 @@ def first_non_empty(instances: pd.DataFrame, column: str) -> pd.Series:
 
 def path_prefixes(paths: pd.Series) -> pd.DataFrame:
     """(path, prefix) pairs: ``/a/b/`` -> ``/``, ``/a/``, ``/a/b/`` (over distinct paths only)."""
-    pairs = []
+    pairs: list[tuple[object, str]] = []
     for path in pd.unique(paths):  # distinct group paths: a handful
         parts = [p for p in str(path).split("/") if p]
         pairs.extend((path, "/" + "".join(f"{p}/" for p in parts[:depth])) for depth in range(len(parts) + 1))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,7 +114,7 @@ _CONV_OUT_LABELS = {3: "NKQ", 4: "NKPQ", 5: "NKOPQ"}
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
 
-def _labelled(labels: str, dims: list[object]) -> str:
+def _labelled(labels: str, dims: Sequence[object]) -> str:
     if labels:
         return "<" + ", ".join(f"{label}:{dim}" for label, dim in zip(labels, dims, strict=True)) + ">"
     return "<" + ", ".join(str(d) for d in dims) + ">"
@@ -130,9 +131,10 @@ def labelled_shape(op: str, position: int, shape: object) -> str:
 def _ints(value: object, count: int) -> list[int] | None:
     """A convolution parameter (an int, or one per spatial dimension) as `count` ints; None: not such a value."""
     values = list(value) if isinstance(value, (tuple, list)) else [value] * count
-    if len(values) != count or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if len(values) != count or len(ints) != len(values):
         return None
-    return values
+    return ints
 
 
 def _conv_output(tensors: list[list[int]], params: dict[str, object]) -> str:
@@ -153,7 +155,7 @@ def _conv_output(tensors: list[list[int]], params: dict[str, object]) -> str:
         out = x[2:] if stride == [1] * spatial else None
     else:
         pad = _ints(padding, spatial)
-        out = None if None in (stride, dilation, pad) else [
+        out = None if stride is None or dilation is None or pad is None else [
             (size + 2 * p - d * (k - 1) - 1) // s + 1 for size, k, s, p, d in zip(x[2:], w[2:], stride, pad, dilation,
                                                                                   strict=True)]
     if out is None or min(out) < 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def index_dtype(n: int) -> type:
+def index_dtype(n: int) -> type[np.int32] | type[np.int64]:
     """Row indices as int32 when they fit: half the memory of int64 over millions of ranges."""
     return np.int32 if n < np.iinfo(np.int32).max else np.int64
 

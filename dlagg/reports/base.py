@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -93,11 +93,11 @@ class JobFigures:
     def comm_iterations(self) -> pd.DataFrame:
         """Every rank's per-iteration figures (``RankComm.iterations``) stacked, each row with its rank first; the
         ranks that reduced their communication."""
-        ranks = [r for r in self.ranks if r.comm is not None]
-        if not ranks:
+        comms = [(r.source.rank, r.comm) for r in self.ranks if r.comm is not None]
+        if not comms:
             return pd.DataFrame({"rank": pd.Series(dtype="int64"),
                                  **{c: pd.Series(dtype="float64") for c in ITERATION_COLUMNS}})
-        return stack_ranks([r.comm.iterations for r in ranks], [r.source.rank for r in ranks], first=True)
+        return stack_ranks([c.iterations for _, c in comms], [k for k, _ in comms], first=True)
 
     @cached_property
     def op_ids(self) -> pd.Series:
@@ -126,7 +126,8 @@ def renumber_ops(frame: pd.DataFrame, op_ids: pd.Series) -> pd.DataFrame:
 
 
 class ReportBuilder(Protocol):
-    def __call__(self, ctx: RankContext, deps: Mapping[str, Report]) -> Report: ...
+    # ctx: the rank's RankContext for a rank report, the job's JobFigures for a job report (ReportSpec.scope)
+    def __call__(self, ctx: Any, deps: Mapping[str, Report], /) -> Report: ...
 
 
 # Combines one report's per-rank results into the job's: (the ranks' reports in rank order, the job's

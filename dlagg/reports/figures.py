@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -69,7 +70,7 @@ class Table:
     # ranks"); JSON and the pages show it
     note: str = ""
     _index: dict[str, Field] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _values: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _values: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         keys = [f.key for f in self.fields]
@@ -121,12 +122,12 @@ class Table:
         return len(self._frame) if self.spilled is None else self.spilled.count
 
     @property
-    def values(self) -> dict[str, object]:
+    def values(self) -> dict[str, Any]:
         """A key/value table's figures by key (plain Python values): read when the table is made, so that a merge of
         many ranks does not read every rank's in this process, where the cost grows with the ranks."""
         return dict(self._values) if self._values else self._first_row()
 
-    def _first_row(self) -> dict[str, object]:
+    def _first_row(self) -> dict[str, Any]:
         frame = self.frame
         return {f.key: _plain(frame[f.key].iat[0]) for f in self.fields}  # column by column: no upcast
 

@@ -332,12 +332,11 @@ def _cause(job: JobFigures, own: pd.DataFrame, rank: int) -> tuple[str, str]:
 
 def _where_it_loses(job: JobFigures, rank: int) -> tuple[str, str]:
     """(evidence, advice) naming the key node's sub-range where `rank` spends most more than the others."""
-    ranks = [r for r in job.ranks if r.comm is not None and len(r.comm.parts)]
+    comms = [(r.source.rank, r.comm) for r in job.ranks if r.comm is not None and len(r.comm.parts)]
     stacked = pd.DataFrame({
-        "rank": np.repeat(np.asarray([r.source.rank for r in ranks], dtype=np.int64),
-                          [len(r.comm.parts) for r in ranks]),  # type: ignore[union-attr]
-        "part": np.concatenate([r.comm.parts["part"].to_numpy(dtype=object) for r in ranks]) if ranks else [],
-        "time": np.concatenate([r.comm.parts["time"].to_numpy() for r in ranks]) if ranks else [],
+        "rank": np.repeat(np.asarray([k for k, _ in comms], dtype=np.int64), [len(c.parts) for _, c in comms]),
+        "part": np.concatenate([c.parts["part"].to_numpy(dtype=object) for _, c in comms]) if comms else [],
+        "time": np.concatenate([c.parts["time"].to_numpy() for _, c in comms]) if comms else [],
     })
     mean = stacked.groupby(["part", "rank"])["time"].mean().unstack("rank")  # sub-range x rank
     if rank not in mean.columns or mean.shape[1] < 2:

@@ -87,7 +87,7 @@ def build(ctx: RankContext, deps: Mapping[str, Report]) -> Report:
     inst = ctx.op_instances
     eligible = inst[inst["tc_eligible"].to_numpy(dtype=bool)]
     fields = FIELDS if ctx.options.ncu_report is None else (*FIELDS, TC_MISMATCH)
-    warnings = ()
+    warnings: tuple[str, ...] = ()
     if len(inst) and not eligible["kernel_time"].sum():  # the summary's warning, word for word: one cause
         warnings = ("tensor: " + no_eligible_warning(int(op_usage(inst).sum()), kernel_tc_share(ctx)),)
     if eligible.empty:

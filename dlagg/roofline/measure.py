@@ -203,7 +203,7 @@ def _uses_tc(tensor: np.ndarray, columns: Mapping[str, np.ndarray]) -> pd.arrays
     """True where tensor math ran; from the tensor-path counters, else from the tensor pipe minus
     its HFMA2 instructions (Hopper issues packed half FMAs there too), else unknown."""
     known = ~np.isnan(tensor)
-    positive = (np.where(known, tensor, 0.0) > 0).any(axis=1)
+    positive = np.asarray((np.where(known, tensor, 0.0) > 0).any(axis=1))  # any(axis=1) is typed as maybe a scalar
     decided = positive | known.all(axis=1)
     value = positive.copy()
     if not decided.all() and PIPE_TENSOR in columns and PIPE_TENSOR_HFMA2 in columns:

@@ -106,7 +106,7 @@ def roofline(work: KernelWork, ceilings: Ceilings | None = None, match: KernelMa
     with np.errstate(invalid="ignore"):
         over = bound > k["rate_time_ns"].to_numpy() * (1 + 1e-9)
     if over.any():
-        exceeded = sorted({_argmax_resource(k, i) for i in np.flatnonzero(over)})
+        exceeded = sorted({_argmax_resource(k, int(i)) for i in np.flatnonzero(over)})
         warnings.append(f"roofline: {int(over.sum())} kernel(s) ran faster than the {', '.join(exceeded)} ceiling "
                         f"({', '.join(ceilings.sources.get(r, '') for r in exceeded)}): that ceiling is below what the "
                         "GPU did; raise it in the peaks file")

@@ -8,9 +8,12 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from ..reports.base import Report
+
+if TYPE_CHECKING:
+    from ..reports.figures import Table
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,20 @@ class Writer(Protocol):
     # the job that wrote the report's files, while the next reports were built); it makes those not given.
 
 
+class RowsWriter(Writer, Protocol):
+    """A Writer with the optional ``writes_rows`` and ``rows`` (see Writer)."""
+
+    def writes_rows(self, table: Table) -> bool: ...
+
+    def rows(self, table: Table, info: RunInfo, last: bool) -> Iterable[memoryview]: ...
+
+
+class PieceWriter(Writer, Protocol):
+    """A Writer with the optional ``piece`` (see Writer)."""
+
+    def piece(self, report: Report) -> dict[str, str]: ...
+
+
 WRITERS: dict[str, Writer] = {}
 
 
@@ -104,13 +121,13 @@ def written_line(written: Sequence[Path]) -> str:
     for folder, names in by_folder.items():
         alike.setdefault(tuple(names), []).append(folder)
     parts = []
-    for names, folders in alike.items():
+    for same_names, folders in alike.items():
         where = str(folders[0])
         if len(folders) > 1 and len({f.parent for f in folders}) == 1:
             where = f"{len(folders)} folders in {folders[0].parent} ({folders[0].name} to {folders[-1].name})"
         elif len(folders) > 1:  # a TensorBoard run and its ranks' runs below it
             where = f"{len(folders)} folders under {os.path.commonpath(folders)}"
-        parts.append(f"{where}: {', '.join(names)}")
+        parts.append(f"{where}: {', '.join(same_names)}")
     return f"wrote {len(written)} file{'' if len(written) == 1 else 's'}: {'; '.join(parts)}"
 
 

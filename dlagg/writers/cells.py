@@ -220,7 +220,7 @@ class Cells:
         if isinstance(column, pa.Array):
             return pc.cast(column.slice(first, stop - first), STRING)
         values, detail = column
-        if isinstance(values, pd.Series):
+        if isinstance(detail, Field):  # (series, field): formatted per chunk
             return self.style.cells(values.iloc[first:stop], detail.digits, detail.quote)
         part = detail[first:stop]  # codes into the formatted categories
         return values.take(pa.array(part, mask=part < 0)) if (part < 0).any() else values.take(part)

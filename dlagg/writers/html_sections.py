@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -161,7 +163,7 @@ def summary_section(report: Report, page: Page) -> None:
     timeline_section(report, page)
 
 
-def partition_spec(values: dict[str, object]) -> dict:
+def partition_spec(values: dict[str, Any]) -> dict:
     rows, left = [], 0.0
     for k, name in enumerate(PARTITION):  # seven classes
         share = float(values[f"{name}_duration_pct"])
@@ -347,7 +349,7 @@ def timeline_spec(rows: pd.DataFrame, window_ns: int, top: list[str]) -> dict:
 
 # --- op types and kernels -------------------------------------------------------------------------
 
-def bar_panels(rows: list[dict], order: list[str], label: str, panels: list[dict], tooltip: list[dict]) -> dict:
+def bar_panels(rows: list[dict], order: Sequence[object], label: str, panels: list[dict], tooltip: list[dict]) -> dict:
     """Horizontal bar panels side by side, one row per item in `order` (same y in every panel)."""
     views = []
     for k, panel in enumerate(panels):  # three panels
@@ -618,7 +620,7 @@ def baseline_states(page: Page) -> dict[str, str]:
     return states
 
 
-def finding_html(k: int, row: object, stake: float, typical: float, page: Page, since: str = "") -> str:
+def finding_html(k: int, row: Any, stake: float, typical: float, page: Page, since: str = "") -> str:
     detector = str(row.detector)
     targets = [t for t in DETECTOR_SECTIONS.get(detector, ()) if page.has_section(t)]
     link = "".join(f' <a class="see" href="#{t}">see {escape(t.replace("-", " "))}</a>' for t in targets)

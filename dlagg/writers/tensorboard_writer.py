@@ -205,7 +205,8 @@ def iteration_scalars(summary: Report, ranks: Report | None = None,
     for rank, rows in _rank_rows(its, of).items():  # ranks, not events
         steps = iteration[rows]
         values = {tag: column[rows] for tag, column in columns.items()}
-        values.update(_op_types(*(c[per_rows[rank]] for c in calls), steps, steps[aggregated[rows]]))
+        call_iteration, call_type, call_ns = (c[per_rows[rank]] for c in calls)
+        values.update(_op_types(call_iteration, call_type, call_ns, steps, steps[aggregated[rows]]))
         scalars[rank] = pd.DataFrame(values, index=pd.Index(steps, name="iteration"))
     return scalars
 
@@ -790,8 +791,8 @@ class TensorboardWriter:
             folder = f"rank{rank}" if several else ""
             runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
             outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
-            written = [run for run, part in outside if len(part)]
-            runs_per_rank = max(runs_per_rank, 1 + len(written))
+            sub_runs = [run for run, part in outside if len(part)]
+            runs_per_rank = max(runs_per_rank, 1 + len(sub_runs))
             for run, part in outside:
                 if len(part):
                     runs[f"{folder}/{run}".strip("/")] = _scalar_events(part, wall_time)
