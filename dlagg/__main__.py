@@ -12,7 +12,8 @@ moment only the process's first lines can control (docs/memory.md):
   cores, about a GB on a many-core node); dlagg does no linear algebra.
 - glibc gives every thread that allocates an arena of 64 MB of address space; pyarrow starts a
   thread at import, before tuning.tune_process could limit the arenas. So the limit to one arena is
-  set here first.
+  set here first. And every thread reserves a stack of 8 MB (the stack limit): under an address-space
+  limit, Python's threads get smaller ones (`limits.small_thread_stacks`).
 
 A user's own settings of these variables are kept.
 
@@ -51,11 +52,12 @@ try:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-    from .limits import out_of_memory_loading  # standard library only: loaded before the memory runs out
+    from .limits import out_of_memory_loading, small_thread_stacks  # standard library only: before memory runs out
     from .log import one_malloc_arena  # after the variables: it imports nothing of numpy or pyarrow
     from .pool import pool_context, several_files, start_early  # standard library only
 
     one_malloc_arena()
+    small_thread_stacks()  # before any thread: pyarrow's import starts one
 except KeyboardInterrupt as _exc:
     _end_interrupted(_exc)
 

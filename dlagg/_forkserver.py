@@ -14,6 +14,7 @@ import atexit
 import os
 import sys
 
+from .limits import small_thread_stacks
 from .pool import SERVER_PARENT, die_with_parent
 
 SERVER_PID = os.getpid()  # what a worker forked from here checks its parent against (pool._start_worker)
@@ -21,13 +22,17 @@ _parent = os.environ.pop(SERVER_PARENT, "")  # set by pool.start_early in dlagg'
 if _parent.isdigit() and not die_with_parent(int(_parent)):  # first: before the imports (0.8 s)
     os._exit(0)  # dlagg's process ended while this one started
 
+small_thread_stacks()  # the workers' threads, under an address-space limit (dlagg/__main__.py sets the parent's)
+
 from . import pipeline  # noqa: E402, F401 - imported for the workers
 
 
 def _quiet_when_orphaned(kind: type[BaseException], value: BaseException, tb: object) -> None:
     """A worker forked here as dlagg's process was killed finds its pipe from it closed (EOFError reading what to run,
-    before any dlagg code): it ends without a traceback on the gone run's terminal. Anything else is said as usual."""
-    if os.getpid() != SERVER_PID and isinstance(value, (EOFError, ConnectionError)):
+    before any dlagg code), or, as dlagg's process ended (out of memory, say), the pool's semaphores gone
+    (FileNotFoundError unpickling them): it ends without a traceback on the gone run's terminal. Anything else is
+    said as usual."""
+    if os.getpid() != SERVER_PID and isinstance(value, (EOFError, ConnectionError, FileNotFoundError)):
         return
     sys.__excepthook__(kind, value, tb)  # type: ignore[arg-type]
 

@@ -26,7 +26,10 @@ Kubernetes' CPU limits). ``os.cpu_count()`` counts the node's cores whatever the
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +57,11 @@ PARENT_PER_RANK = 2 << 20
 NO_CGROUP_LIMIT = 1 << 60
 
 
+# Stack a thread reserves under an address-space limit (`small_thread_stacks`): room for the recursion limit's
+# depth of Python calls and the libraries' C code, a quarter of glibc's default.
+THREAD_STACK_BYTES = 2 << 20
+
+
 def address_space_limit() -> int | None:
     """The soft ``RLIMIT_AS`` in bytes, None when unlimited or unknown."""
     if resource is None:  # not on Windows
@@ -69,6 +77,15 @@ def address_space_used() -> int:
             return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def small_thread_stacks() -> None:
+    """Under an address-space limit, threads started from now on reserve `THREAD_STACK_BYTES` of stack instead of
+    glibc's default (the stack limit, 8 MiB): a reservation counts whole against the limit, and a process pool's
+    manager and feeder threads, the reader's and the writers' start while the SQLite driver reserves its batches,
+    whose refusal ends in a SIGSEGV in the driver's error path."""
+    if address_space_limit() is not None:
+        threading.stack_size(THREAD_STACK_BYTES)
 
 
 def room() -> int | None:
@@ -224,9 +241,15 @@ def out_of_memory(database: Path) -> str:
     had = f"it had taken {_mb(peak)} of address space" if peak else "it ran out"
     where = (f"under the address-space limit of {_mb(limit)} (ulimit -v / prlimit --as)" if limit is not None
              else "with the memory this machine has free")
-    return (f"out of memory reading {database.name} ({_mb(size)}) {where}: {had}; a run on this export needs "
-            f"about {_mb(needed(size))} of address space (docs/memory.md): raise the limit to that or use a bigger "
-            "machine")
+    need = needed(size)
+    if limit is None or need > limit:
+        return (f"out of memory reading {database.name} ({_mb(size)}) {where}: {had}; a run on this export needs "
+                f"about {_mb(need)} of address space (docs/memory.md): raise the limit to that or use a bigger "
+                "machine")
+    # the estimate is an average: this run needed more than the limit it failed under, whatever the estimate says
+    return (f"out of memory reading {database.name} ({_mb(size)}) {where}: {had}; this run needs more than the "
+            f"{_mb(limit)} it was allowed (docs/memory.md): raise the limit, to {_mb(2 * limit)} for instance, or "
+            "use a bigger machine")
 
 
 def _peak_address_space() -> int:
@@ -245,6 +268,57 @@ def out_of_memory_loading() -> str:
     """The one line for a limit too small to load the libraries (before any export is read)."""
     limit = address_space_limit()
     where = f"the address-space limit of {_mb(limit)} (ulimit -v / prlimit --as)" if limit is not None else "memory"
-    return (f"out of memory loading dlagg's libraries (pandas, pyarrow) under {where}: a run needs at least "
-            f"{_mb(BASE_BYTES)} of address space plus about {PER_EXPORT_BYTE:g} times the export's size "
-            "(docs/memory.md): raise the limit")
+    least = (f"more than the {_mb(limit)} it was allowed" if limit is not None and limit >= BASE_BYTES
+             else f"at least {_mb(BASE_BYTES)} of address space")
+    return (f"out of memory loading dlagg's libraries (pandas, pyarrow) under {where}: a run needs {least} plus "
+            f"about {PER_EXPORT_BYTE:g} times the export's size (docs/memory.md): raise the limit")
+
+
+# What the system refusing memory says where it is no MemoryError: a thread without room for its stack
+# (Python's RuntimeError, Arrow's thread pool), an extension module that cannot be mapped (ImportError), a mapping
+# refused (OSError).
+OUT_OF_MEMORY_TEXTS = ("can't start new thread", "failed to launch worker thread", "failed to map segment",
+                       "cannot allocate memory")
+_THREAD_RAN_OUT = threading.Event()
+_FIRST = threading.Lock()
+
+
+def is_out_of_memory(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is the system refusing memory."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:  # an exception's chain, not events
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+            return True
+        if any(text in str(exc).lower() for text in OUT_OF_MEMORY_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def end_run_when_a_thread_runs_out() -> None:
+    """From now on a thread that ends on the system refusing memory interrupts the main thread (SIGINT, which the
+    command's handler turns into an exception that unwinds the run, its staging folder removed), and
+    `thread_ran_out` tells the CLI to say the out-of-memory line instead of "interrupted". Without it the thread
+    dies with a traceback, and whoever waits for its work waits forever: a process pool's manager thread that
+    cannot start its queue's feeder thread leaves every task of the pool pending."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not is_out_of_memory(args.exc_value):
+            previous(args)
+            return
+        with _FIRST:  # one interruption: a second would break into the first one's unwinding
+            if _THREAD_RAN_OUT.is_set():
+                return
+            _THREAD_RAN_OUT.set()
+        main = threading.main_thread().ident
+        if args.thread is not threading.main_thread() and main is not None and hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    threading.excepthook = hook
+
+
+def thread_ran_out() -> bool:
+    """Whether a thread ended on the system refusing memory (`end_run_when_a_thread_runs_out`)."""
+    return _THREAD_RAN_OUT.is_set()

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from .errors import WorkerLost
-from .limits import usable_cores
+from .limits import address_space_limit, usable_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -293,11 +293,13 @@ def _ignore(*_: object) -> None:
     pass
 
 
-def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = None) -> WorkerLost:
+def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = None) -> WorkerLost | MemoryError:
     """The error for `pool` broken by a worker process that ended abruptly while `doing`: how it ended, and what
     to do. The pool is shut down first, so that every worker's end is known (the pool ends the others itself).
     `processes`: the pool's dict of its processes, taken before (a pool shut down drops it, and another lane may
-    have shut it down first); by default the pool's own, now."""
+    have shut it down first); by default the pool's own, now. Under an address-space limit it is a MemoryError
+    (the CLI's out-of-memory line): there a worker ends abruptly when a library's reservation is refused (SIGSEGV
+    in a driver's error path, SIGABRT from C++'s bad_alloc, a thread it could not start), whatever the signal."""
     known = processes if processes is not None else getattr(pool, "_processes", None)  # (kept unexposed)
     workers = list((known or {}).values())
     with _SHUTTING_DOWN:  # lanes of one pool find it broken at once, and its shutdown is not safe twice at once
@@ -309,6 +311,8 @@ def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = N
     code = next((c for c in codes if c not in (None, 0, -signal.SIGTERM)), None)
     if code is None and -signal.SIGTERM in codes:
         code = -signal.SIGTERM
+    if address_space_limit() is not None and code != -signal.SIGTERM:
+        return MemoryError(f"a worker process ended abruptly ({code}) while {doing}, under an address-space limit")
     if code is None:
         how = "ended abruptly"
     elif code < 0:

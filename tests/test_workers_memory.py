@@ -169,6 +169,7 @@ def test_the_cores_are_the_affinity_mask_within_the_cgroup_cpu_quota(tmp_path: P
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="CPU affinity (Linux) and two cores")
+@pytest.mark.processes
 def test_a_run_pinned_to_one_core_reduces_its_ranks_in_one_process(multi, tmp_path: Path) -> None:
     """dlagg started on one core of this machine (its affinity mask, as Slurm or taskset sets it) runs one process
     by default, not one per core of the machine: both ranks are reduced in this process."""
@@ -232,6 +233,7 @@ def dies_on_dask(source: SimpleNamespace, doomed: int) -> SimpleNamespace:
     return SimpleNamespace(source=source, iterations=SimpleNamespace(count=1), seconds=0.0, peak_mb=1.0)
 
 
+@pytest.mark.processes
 def test_a_rank_whose_dask_workers_die_is_one_error_naming_it() -> None:
     """On a real Dask cluster the scheduler gives up on a task whose workers die (KilledWorker, here after the first
     death; one task at a time on the worker, so that no other rank is on it when it dies): one error naming the rank,
@@ -264,6 +266,7 @@ def children(pid: int) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists() or (os.cpu_count() or 1) < 2,
                     reason="Linux /proc and two cores (a pool worker beside this process)")
+@pytest.mark.processes
 def test_a_run_whose_worker_is_killed_ends_with_one_line_and_no_outputs(multi, tmp_path: Path) -> None:
     """The command line over the two ranks' files with 2 workers, its pool's worker killed with SIGKILL as soon as it
     exists (whatever it is doing then: starting, reducing a rank, writing): one error line, exit status 1, no
@@ -308,6 +311,7 @@ def memory_cgroup() -> Path | None:
 
 @pytest.mark.skipif(memory_cgroup() is None or (os.cpu_count() or 1) < 2,
                     reason="root, a memory cgroup controller to write to, and two cores")
+@pytest.mark.processes
 def test_in_a_cgroup_with_memory_for_one_rank_one_process_reduces_them(multi, tmp_path: Path) -> None:
     """dlagg in a real cgroup whose limit (380 MB) holds one rank's process at a time (196 MB each for the 10.9 MB rank
     files, beside the run's own 100-150 MB): by default it runs one process, not one per core, says why, and
