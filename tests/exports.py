@@ -314,7 +314,33 @@ class Damage:
             return [f'ALTER TABLE "{name}" RENAME COLUMN {col} TO "{self.column}_renamed"']
         if self.kind == "non_utf8":
             return [f"UPDATE \"{name}\" SET {col} = CAST(x'41ff42fe' AS TEXT) WHERE {pick}"]
+        if self.kind == "unclosed":  # a range without an end (nsys's unclosed ranges, here inside closed ones)
+            return [f'UPDATE "{name}" SET "end" = NULL WHERE {pick}']
+        if self.kind == "crossing":  # a push/pop range ending after the range it began in (and later ones)
+            return [f'UPDATE "{name}" SET "end" = "end" + 700 WHERE {pick} AND eventType = 59']
+        if self.kind == "fraction":  # a time that is not a whole number of ns
+            return [f'UPDATE "{name}" SET {col} = {col} + 0.5 WHERE {pick}']
+        if self.kind.startswith("strings_"):
+            return _string_damage(name, self.kind, self.rows)
         raise ValueError(self.kind)
+
+
+# StringIds damage (its table is rebuilt without the primary key and NOT NULL first, as a hand-made
+# export may be); the key node's string is spared, so the iterations stay computable by SQL.
+_STRING_DAMAGE = {
+    "strings_text": "UPDATE {t} SET id = 'abc' WHERE {pick}",
+    "strings_fraction": "UPDATE {t} SET id = id + 0.5 WHERE {pick}",
+    "strings_null_id": "UPDATE {t} SET id = NULL WHERE {pick}",
+    "strings_null_value": "UPDATE {t} SET value = NULL WHERE {pick}",
+    "strings_duplicate": "INSERT INTO {t} SELECT * FROM {t} WHERE {pick}",
+    "strings_same_id": "INSERT INTO {t} SELECT id, value || '_other' FROM {t} WHERE {pick}",
+}
+
+
+def _string_damage(table: str, kind: str, rows: int) -> list[str]:
+    pick = f"rowid % {rows} = 0 AND value != '{KEY_NODE}'"
+    return [f'CREATE TABLE loose_strings AS SELECT * FROM "{table}"', f'DROP TABLE "{table}"',
+            f'ALTER TABLE loose_strings RENAME TO "{table}"', _STRING_DAMAGE[kind].format(t=f'"{table}"', pick=pick)]
 
 
 def _key_row(export: GeneratedExport) -> str:
@@ -326,7 +352,7 @@ def _key_row(export: GeneratedExport) -> str:
 
 
 # Damage per table: the columns a kind may hit (nsys names); the key node's rows are spared.
-_TIME_KINDS = ("text", "real", "huge_real", "blob", "null", "huge", "negative", "reversed", "late", "nan")
+_TIME_KINDS = ("text", "real", "huge_real", "blob", "null", "huge", "negative", "reversed", "late", "nan", "fraction")
 _TARGETS = {
     "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId", "gridX"),
     "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId"),
@@ -345,7 +371,13 @@ def damages(draw, export: GeneratedExport) -> list[Damage]:  # noqa: ANN001
     for _ in range(draw(st.integers(1, 3))):
         table = draw(st.sampled_from(sorted(present)))
         kind = draw(st.sampled_from((*_TIME_KINDS, "duplicate", "drop_table", "drop_column", "rename_column",
-                                     "non_utf8")))
+                                     "non_utf8", "crossing", "unclosed", "strings")))
+        if kind == "strings":
+            out.append(Damage(draw(st.sampled_from(sorted(_STRING_DAMAGE))), "StringIds", "id",
+                              draw(st.sampled_from((1, 2, 3, 5)))))
+            continue
+        if kind in ("crossing", "unclosed") and table != "NVTX_EVENTS":
+            kind = "fraction"
         columns = [c for c in _TARGETS[table] if c not in export.dropped.get(table, ())]
         if kind in ("drop_column", "rename_column"):
             columns = [c for c in columns if c not in ("start", "end")] + ["start", "end"]
@@ -353,7 +385,7 @@ def damages(draw, export: GeneratedExport) -> list[Damage]:  # noqa: ANN001
             if table != "NVTX_EVENTS" or export.text_mode == "id_only":
                 continue
             columns = ["text"]
-        if kind in ("reversed", "late"):
+        if kind in ("reversed", "late", "crossing", "unclosed"):
             columns = ["end"]
         if kind == "drop_table" and table in ("CUPTI_ACTIVITY_KIND_KERNEL",):
             kind = "duplicate"

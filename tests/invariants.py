@@ -174,7 +174,7 @@ MAX_TIME = 1 << 50
 UNTRUSTED_SHARE = 0.1
 NARROW = {"int8": (-(1 << 7), (1 << 7) - 1), "int32": (-(1 << 31), (1 << 31) - 1)}
 RANGE_TYPES = "(59, 60, 70, 71)"
-# times as the reader takes them (reals cut toward zero)
+# times as the reader takes them (whole reals as integers; a time with a fraction is dropped)
 START, END = "CAST(start AS INTEGER)", 'CAST("end" AS INTEGER)'
 
 
@@ -183,11 +183,13 @@ def _first(tables: set[str], base: str) -> str | None:
 
 
 def _integer(column: str, dtype: str) -> str:
-    """SQL: the value converts to an integer of `dtype` (integers, finite reals cut toward zero)."""
+    """SQL: the value converts to an integer of `dtype` (integers, finite reals cut toward zero; in a time column
+    only whole ones: a time with a fraction is damage)."""
     lo, hi = NARROW.get(dtype, (-(1 << 63), (1 << 63) - 1))
     bounds = f" AND {column} BETWEEN {lo} AND {hi}" if dtype in NARROW else ""
+    whole = f" AND {column} = CAST({column} AS INTEGER)" if column.strip('"') in ("start", "end") else ""
     return (f"((typeof({column}) = 'integer'{bounds}) OR (typeof({column}) = 'real' AND abs({column}) < 9.2e18"
-            f"{bounds.replace(column, f'CAST({column} AS INTEGER)')}))")
+            f"{whole}{bounds.replace(column, f'CAST({column} AS INTEGER)')}))")
 
 
 class _Table:
@@ -207,7 +209,7 @@ class _Table:
         declared = next(c for c in self.declared.columns if c.source == source)
         if source not in self.present:
             return str(declared.default)
-        value = f'CAST("{source}" AS INTEGER)'  # reals are cut toward zero, as the reader does
+        value = f'CAST("{source}" AS INTEGER)'  # reals are cut toward zero, as the reader does (times: whole ones)
         return f"COALESCE({value}, {declared.default})" if declared.default is not None else value
 
     def values_ok(self, among: str = "1") -> str:
@@ -379,4 +381,86 @@ def check_run(out: Path, expected: Expected | None = None) -> list[str]:
     for stake in time_at_stake(reports):
         if stake > expected.longest_iteration:
             problems.append(f"time at stake {stake} ns exceeds the longest iteration {expected.longest_iteration} ns")
+    return problems
+
+
+# --- the other formats: CSV, HTML, TensorBoard -----------------------------------------------------
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def csv_problems(out: Path, reports: dict[str, dict], profile_name: str = "dlagg") -> list[str]:
+    """The CSV reports: no non-finite number, every percentage in [0, 100] (a column or a key titled with %),
+    and the summary's key/value figures equal the JSON's (to the CSV's one decimal)."""
+    import csv
+
+    problems = []
+    json_values = summary_values(reports) if "summary" in reports else {}
+    for path in sorted(out.glob(f"{profile_name}_*.csv")):
+        header: list[str] = []
+        for row in csv.reader(path.read_text(encoding="utf-8").splitlines()):
+            numbers = [_float(cell) for cell in row]
+            if len(row) >= 2 and all(n is None for n in numbers[1:]):
+                header = row  # a table's field titles (or a section title)
+                continue
+            titles = [row[0]] * len(row) if len(row) == 2 else header
+            for title, cell, value in zip(titles, row, numbers, strict=False):
+                if value is None:
+                    continue
+                where = f"{path.name}: {title}={cell}"
+                if not math.isfinite(value):
+                    problems.append(f"non-finite {where}")
+                elif "%" in title and not 0 <= value <= 100:
+                    problems.append(f"percentage out of range {where}")
+            if path.name == f"{profile_name}_summary.csv" and len(row) == 2 and row[0] in json_values:
+                expected = _number(json_values[row[0]])
+                # (the CSV rounds to one decimal, the JSON keeps every digit)
+                if expected is not None and (numbers[1] is None or abs(numbers[1] - expected) > 0.05 + 1e-9):
+                    problems.append(f"{path.name}: {row[0]} is {row[1]} in the CSV, {expected} in the JSON")
+    return problems
+
+
+def html_problems(out: Path, profile_name: str = "dlagg") -> list[str]:
+    """The HTML page: written whole, every percentage in its text in [0, 100], no NaN or infinity shown."""
+    import html
+    import re
+
+    page = out / f"{profile_name}_report.html"
+    if not page.exists():
+        return [f"no {page.name}"]
+    text = page.read_text(encoding="utf-8")
+    if "</html>" not in text:
+        return [f"{page.name} is cut short"]
+    text = re.sub(r"(?is)<(style|script)\b.*?</\1>", " ", text)  # (CSS holds percentages of another kind)
+    text = html.unescape(re.sub(r"(?s)<[^>]*>", " ", text))
+    # (a finding's time at stake "N % of the mean iteration" is a ratio, not a share: the JSON check bounds it by
+    # the longest iteration instead)
+    problems = [f"{page.name}: percentage out of range {v} %"
+                for v in re.findall(r"(?<![\w.-])(-?\d+(?:\.\d+)?)\s*%(?! of the mean iteration)", text)
+                if not 0 <= float(v) <= 100]
+    problems += [f"{page.name}: shows {m.group(0)!r}" for m in re.finditer(r".{0,60}\b(?:NaN|nan|inf)\b.{0,20}", text)]
+    return problems
+
+
+def tensorboard_problems(out: Path, folder: str = "event_files", profile_name: str = "dlagg") -> list[str]:
+    """The TensorBoard event files: they parse, their scalars are finite, percentages in [0, 100]."""
+    from .test_tensorboard import read_run
+
+    run_dir = out / folder / profile_name
+    if not list(run_dir.glob("events.out.tfevents.*")):
+        return [f"no event file in {run_dir.name}"]
+    try:
+        run = read_run(run_dir)
+    except Exception as exc:  # noqa: BLE001 - any failure to parse is the finding
+        return [f"event files do not parse: {type(exc).__name__}: {exc}"]
+    problems = []
+    for tag, values in run.scalars.items():
+        if not np.isfinite(values.to_numpy()).all():
+            problems.append(f"non-finite scalar {tag}")
+        elif tag.endswith("_pct") and not ((values >= 0) & (values <= 100 + 1e-4)).all():
+            problems.append(f"percentage out of range {tag}: {values.tolist()}")
     return problems

@@ -4,7 +4,10 @@ On every example: kernel totals per name equal a direct SQL sum over the rows th
 the iterations partition the aggregated window; every percentage lies in [0, 100]; the summary's
 duration rows add up to 100 %; no time at stake exceeds the longest iteration; and the run never
 ends in an internal error (exit 3). The checks read the written JSON files and the export
-(tests/invariants.py). The default run draws a few hundred examples, the same ones every run;
+(tests/invariants.py); on a share of the damaged examples every format is written and checked too:
+the CSV files (percentages in [0, 100], the summary's figures equal to the JSON's), the HTML page
+(whole, no impossible percentage) and the TensorBoard event files (they parse, finite scalars).
+The default run draws a few hundred examples, the same ones every run;
 ``pytest -m slow`` draws many more, new ones every run (the figures of the last run are in the closing
 note).
 """
@@ -21,12 +24,13 @@ from hypothesis import strategies as st
 from dlagg.cli import main
 
 from .exports import KEY_NODE, Damage, GeneratedExport, apply, damages, exports
-from .invariants import check_run, sql_expected
+from .invariants import check_run, csv_problems, html_problems, load_reports, sql_expected, tensorboard_problems
 
 # Examples per test in the default run (both together take about two minutes on two cores) and in
 # the slow run.
 VALID_EXAMPLES = 120
-DAMAGED_EXAMPLES = 150
+DAMAGED_EXAMPLES = 125
+EVERY_FORMAT_EXAMPLES = 25  # writing every format costs more per example: fewer, so the run takes as long
 SLOW_EXAMPLES = 2_000
 COMMON = dict(deadline=None, database=None, print_blob=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -36,13 +40,15 @@ DEFAULT_RUN = dict(COMMON, derandomize=True)
 REPORTS = "summary,kernel,iteration,expert_systems"
 
 
-def run_and_check(export: GeneratedExport, damage: list | None = None, capsys=None) -> None:  # noqa: ANN001
+def run_and_check(export: GeneratedExport, damage: list | None = None, capsys=None,  # noqa: ANN001
+                  every_format: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = export.write(Path(tmp) / "generated.sqlite")
         if damage:
             apply(db, export, damage)
         out = Path(tmp) / "out"
-        code = main([f"--nsys_database={db}", f"--reports={REPORTS}", "--formats=json", "-b", "-v", "quiet",
+        formats = ["--formats=csv,json,html"] if every_format else ["--formats=json", "-b"]
+        code = main([f"--nsys_database={db}", f"--reports={REPORTS}", *formats, "-v", "quiet",
                      f"--output_path={out}", f"--key_node={KEY_NODE}"])
         assert code in (0, 1), f"exit {code}: an internal error"
         if code == 1:  # a clear refusal is allowed only for damage that leaves nothing to report
@@ -50,22 +56,34 @@ def run_and_check(export: GeneratedExport, damage: list | None = None, capsys=No
             return
         expected = sql_expected(db, KEY_NODE)
         problems = check_run(out, expected)
+        if every_format:
+            problems += csv_problems(out, load_reports(out)) + html_problems(out) + tensorboard_problems(out)
         assert not problems, problems
         if expected.kernels:
             assert (out / "dlagg_kernel.json").exists(), "kernels in the window but no kernel report"
 
 
+@pytest.mark.property
 @settings(max_examples=VALID_EXAMPLES, **DEFAULT_RUN)
 @given(export=exports())
 def test_valid_exports_satisfy_every_invariant(export: GeneratedExport) -> None:
     run_and_check(export)
 
 
+@pytest.mark.property
 @settings(max_examples=DAMAGED_EXAMPLES, **DEFAULT_RUN)
 @given(data=st.data())
 def test_damaged_exports_satisfy_every_invariant(data: st.DataObject) -> None:
     export = data.draw(exports())
     run_and_check(export, data.draw(damages(export)))
+
+
+@pytest.mark.property
+@settings(max_examples=EVERY_FORMAT_EXAMPLES, **DEFAULT_RUN)
+@given(data=st.data())
+def test_damaged_exports_satisfy_every_invariant_in_every_format(data: st.DataObject) -> None:
+    export = data.draw(exports())
+    run_and_check(export, data.draw(damages(export)), every_format=True)
 
 
 @pytest.mark.slow
@@ -145,7 +163,8 @@ def test_a_process_whose_gpu_work_all_ends_after_the_session_is_no_rank() -> Non
 
 
 # Found by the default run: a start column holding reals and text. The driver types it as text and
-# gives the reals as their decimal text ('934.5'); they are cut toward zero as in a column of reals.
+# gives the reals as their decimal text ('934.5'); a time with a fraction is damage there as in a column
+# of reals (the row is dropped and counted).
 REALS_AMONG_TEXT = GeneratedExport(
     kernels=[(934, 934, 0, 1, 10000, 100, 'volta_h884gemm_64x64_ldg8_nn'),
      (1503, 1503, 0, 1, 10000, 101, 'volta_h884gemm_64x64_ldg8_nn'),
@@ -175,7 +194,7 @@ REALS_AMONG_TEXT_DAMAGE = [
 ]
 
 
-def test_reals_among_text_are_cut_toward_zero() -> None:
+def test_reals_with_a_fraction_among_text_are_dropped() -> None:
     run_and_check(REALS_AMONG_TEXT, REALS_AMONG_TEXT_DAMAGE)
 
 
@@ -216,6 +235,7 @@ SYNC_CALLS = ("cudaDeviceSynchronize_v3020", "cudaStreamSynchronize_v3020", "cud
 ZERO_LENGTH_EXAMPLES = 40
 
 
+@pytest.mark.property
 @settings(max_examples=ZERO_LENGTH_EXAMPLES, **DEFAULT_RUN)
 @given(data=st.data())
 def test_zero_length_blocking_calls_satisfy_every_invariant(data: st.DataObject) -> None:

@@ -16,6 +16,7 @@ by order of (file, lowest device id). Files are ordered by name with numbers com
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import glob
 import hashlib
@@ -111,7 +112,8 @@ def _folder(path: Path, skipped: list[str] | None) -> list[Path]:
     if found:
         return found
     candidates = sorted((p for p in path.iterdir() if p.suffix in TRACE_SUFFIXES and p.is_file()), key=_natural)
-    traces, others = [], []
+    traces: list[Path] = []
+    others: list[Path] = []
     for candidate in candidates:
         try:
             known = sniffed(candidate)[0]
@@ -143,6 +145,7 @@ def input_paths(spec: str | Path | Sequence[str | Path], skipped: list[str] | No
     paths: list[Path] = []
     for part in parts:
         path = Path(part)
+        _check_name(path)
         if path.is_dir():
             paths.extend(_folder(path, skipped))
         elif any(ch in part for ch in "*?[") and not path.exists():
@@ -152,8 +155,34 @@ def input_paths(spec: str | Path | Sequence[str | Path], skipped: list[str] | No
             paths.extend(found)
         else:
             paths.append(path)
-    first = {p.resolve(): p for p in reversed(paths)}  # a file named twice is read once
-    return [p for p in paths if first[p.resolve()] is p]
+    resolved = [_resolved(p) for p in paths]
+    first = {r: p for r, p in zip(reversed(resolved), reversed(paths), strict=True)}  # a file named twice: read once
+    return [p for r, p in zip(resolved, paths, strict=True) if first[r] is p]
+
+
+# Longest file name (bytes of one path component) and path the filesystem accepts (Linux NAME_MAX, PATH_MAX).
+NAME_MAX, PATH_MAX = 255, 4096
+
+
+def _check_name(path: Path) -> None:
+    """A name the filesystem cannot hold is one clear line, not the OSError a lookup of it raises."""
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > NAME_MAX or len(os.fsencode(str(path))) >= PATH_MAX:
+        what = (f"a part of it is {longest} bytes long, over the {NAME_MAX} a file name may have" if longest > NAME_MAX
+                else f"it is {len(os.fsencode(str(path)))} bytes long, over the {PATH_MAX} a path may have")
+        raise InputError(f"{shown(path)[:200]}...: no such file can exist ({what}); check the name passed "
+                         "to --nsys_database")
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with its symbolic links followed; a loop of links (a link that leads back to itself) is one line."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11-3.12 raise RuntimeError on a loop, 3.13 OSError(ELOOP)
+        if isinstance(exc, OSError) and exc.errno not in (errno.ELOOP, errno.ENAMETOOLONG):
+            raise
+        raise InputError(f"{shown(path)}: a symbolic link that leads back to itself (a loop of links), no file; "
+                         "point it at the export (ls -l shows where each link leads) or pass the file itself") from None
 
 
 @dataclass(frozen=True)
@@ -190,7 +219,7 @@ def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int,
             if session is not None:
                 usable += f' AND "end" <= {session}'
         for pid, device in db.query(f'SELECT DISTINCT "globalPid", "deviceId" FROM "{physical}" WHERE {usable}'):
-            devices.setdefault(int(pid), set()).add(int(device))  # type: ignore[arg-type]
+            devices.setdefault(int(pid), set()).add(int(device))
     return tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
 
 
@@ -212,7 +241,7 @@ def _probe(path: Path, several: bool = True) -> _File:
         if runtime is not None and "globalTid" in db.columns(runtime):
             callers |= {int(p) << PID_SHIFT for (p,) in db.query(
                 f'SELECT DISTINCT "globalTid" >> {PID_SHIFT} FROM "{runtime}" '
-                """WHERE typeof("globalTid") = 'integer'""")}  # type: ignore[arg-type]
+                """WHERE typeof("globalTid") = 'integer'""")}
         host = ""
         if "TARGET_INFO_SYSTEM_ENV" in db.tables and {"name", "value"} <= set(db.columns("TARGET_INFO_SYSTEM_ENV")):
             rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1")
@@ -264,8 +293,8 @@ def _rank_warnings(files: list[_File]) -> tuple[str, ...]:
         first.setdefault(f.digest, f.path)
     sessions = [(f.path, f.session, f.host) for f in files if f.session is not None]
     if len(sessions) > 1:
-        late_path, late, late_host = max(sessions, key=lambda item: item[1][0])  # type: ignore[index]
-        early_path, early, early_host = min(sessions, key=lambda item: item[1][1])  # type: ignore[index]
+        late_path, late, late_host = max(sessions, key=lambda item: item[1][0])
+        early_path, early, early_host = min(sessions, key=lambda item: item[1][1])
         gap = late[0] - early[1]
         if gap > RUN_GAP_NS:
             hosts = (f" on another host ({shown(late_host)}, {shown(early_host)})"
@@ -325,8 +354,8 @@ def _check_one_time(files: list[_File]) -> None:
     spans = [(f.path, f.span) for f in files if f.span is not None]
     if len(spans) < 2:
         return
-    late_path, late = max(spans, key=lambda item: item[1][0])  # type: ignore[index]
-    early_path, early = min(spans, key=lambda item: item[1][1])  # type: ignore[index]
+    late_path, late = max(spans, key=lambda item: item[1][0])
+    early_path, early = min(spans, key=lambda item: item[1][1])
     gap = late[0] - early[1]
     if gap > RUN_GAP_NS:
         raise InputError(f"{shown(late_path)}: profiled from {_utc(late[0])}, {gap / 1e9:,.0f} s after "
@@ -376,10 +405,10 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
         numbering = "ranks numbered by order of (file, lowest GPU device id)"
         if len(sources) == 1:
             numbering = "one rank"
-    ordered = sorted(zip(ranks, sources, strict=True), key=lambda item: item[0])
+    by_rank = sorted(zip(ranks, sources, strict=True), key=lambda item: item[0])
     return Job(
         sources=tuple(RankSource(path, process, pid, devs, host, rank, share)
-                      for rank, (path, process, pid, devs, host, share) in ordered),
+                      for rank, (path, process, pid, devs, host, share) in by_rank),
         files=len(files),
         processes=sum(max(f.cuda_processes, len(f.processes)) for f in files),
         numbering=numbering,

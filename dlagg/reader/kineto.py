@@ -33,7 +33,7 @@ import gzip
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -202,7 +202,7 @@ def _text(path: Path) -> bytes:
     return b"".join(_opened(path))
 
 
-def _damaged(path: Path, exc: Exception) -> InputError:
+def _damaged(path: Path, exc: Exception | str) -> InputError:
     return InputError(f"{path}: is not a PyTorch profiler trace dlagg can read ({exc}); pass the "
                       "*.pt.trace.json(.gz) file torch.profiler wrote, whole")
 
@@ -390,7 +390,7 @@ class _Columns:
         self.no_duration = 0
         self.origin = np.inf  # the earliest timestamp of any event (us)
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: Sequence[_Event]) -> None:
         if not events:
             return
         codes, distinct = pd.factorize(_column(events, "cat", object))
@@ -659,8 +659,8 @@ def _collective_columns(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "comm_group": values["group_name"].astype(object)}
 
 
-def _ranges(ops: _Part, notes: _Part, threads: _Threads, times, strings: _Strings  # type: ignore[no-untyped-def]
-            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.Categorical]:
+def _ranges(ops: _Part, notes: _Part, threads: _Threads, times: Callable[[_Part], tuple[np.ndarray, np.ndarray]],
+            strings: _Strings) -> tuple[pd.DataFrame, pd.DataFrame, pd.Categorical]:
     """The NVTX frame of the op and annotation ranges, the names' emit flags, and each range's input shapes."""
     op_start, op_end = times(ops)
     note_start, note_end = times(notes)

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -213,7 +214,7 @@ class Database:
             self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
             # nsys stores some strings that are not valid UTF-8 (environment blocks): keep them.
             self.conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-            self.tables = {
+            self.tables: dict[str, list[str] | None] = {  # table -> its columns, once asked for
                 name: None
                 for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             }
@@ -233,15 +234,18 @@ class Database:
 
     def columns(self, table: str) -> list[str]:
         with self._lock:
-            if self.tables.get(table) is None:
+            columns = self.tables.get(table)
+            if columns is None:
                 try:
-                    self.tables[table] = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
+                    columns = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
                 except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
                     raise InputError(DAMAGED.format(path=shown(self.path), what=f", table {table}", exc=exc,
                                                     again=self.again)) from None
-            return self.tables[table]  # type: ignore[return-value]
+                self.tables[table] = columns
+            return columns
 
-    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        # (SQLite types each value, not the column: an int, float, str, bytes or None)
         try:
             with self._lock:
                 return self.conn.execute(sql, params).fetchall()
@@ -255,10 +259,10 @@ class Database:
         if first is None:
             return 0
         last = self.query(f'SELECT max(rowid) FROM "{table}"{clause}')[0][0]
-        span = int(last) - int(first) + 1  # type: ignore[arg-type]
+        span = int(last) - int(first) + 1
         if 0 < span <= SPAN_TRUSTED:
             return span
-        return int(self.query(f'SELECT count(*) FROM "{table}"{clause}')[0][0])  # type: ignore[arg-type]
+        return int(self.query(f'SELECT count(*) FROM "{table}"{clause}')[0][0])
 
     def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
         conn = getattr(self._local, "adbc", None)
@@ -290,6 +294,8 @@ class Database:
             batch = max(1, min(rows, MAX_BATCH_ROWS))
             if not limits.fits(batch * RESERVED_PER_ROW):
                 batch = min(batch, SMALL_BATCH_ROWS)
+                if not limits.fits(batch * RESERVED_PER_ROW):  # a reservation the driver is refused is a SIGSEGV
+                    raise MemoryError(f"no address space left for a batch of {batch} rows{what}")
             attempts.insert(0, batch)
         from adbc_driver_manager import Error as DriverError  # (loaded with the driver: on first use)
 
@@ -391,7 +397,7 @@ def frame_of(arrow: pa.Table, columns: Iterable[Column], physical: str = "",
     data = {}
     dropped = _Dropped(physical, flaws)
     for c in columns:
-        converted = va.integers(arrow.column(c.name), c.dtype, c.default)
+        converted = va.integers(arrow.column(c.name), c.dtype, c.default, whole=c.name in va.TIMES)
         data[c.name] = converted.values
         dropped.add(converted, c)
     frame = pd.DataFrame(data, copy=False)  # the arrays are views of the Arrow batch: keep them, do not consolidate
@@ -532,11 +538,11 @@ class _NvtxRead:
         last = db.query(f'SELECT max(rowid) FROM "{self.physical}"')[0][0]
         if first is None:
             return
-        span = int(last) - int(first) + 1  # type: ignore[arg-type]
+        span = int(last) - int(first) + 1
         size = span
         if span <= 0 or (span > NVTX_DENSE_SPAN and 2 * (count := db.rows(self.physical)) < span):
             if span <= 0:  # min and max disagree: a damaged b-tree; count what a scan finds
-                count = int(db.query(f'SELECT count(*) FROM "{self.physical}"')[0][0])  # type: ignore[arg-type]
+                count = int(db.query(f'SELECT count(*) FROM "{self.physical}"')[0][0])
             # row ids far apart (never in an nsys export: a damaged or rebuilt table): slices of
             # NVTX_SLICE_ROWS rows each, cut at the row ids that start them
             ids = np.sort(db.arrow(f'SELECT rowid AS row FROM "{self.physical}"', max(count, 1),
@@ -550,8 +556,8 @@ class _NvtxRead:
             count = -(-span // NVTX_SLICE_ROWS)
             if span >= 100_000:  # big enough to be worth reading on every thread
                 count = max(count, READ_THREADS)
-            bounds = np.linspace(int(first), int(first) + span, count + 1).astype(np.int64)  # type: ignore[arg-type]
-            self.slices = [(int(lo), int(hi), int(lo) - int(first))  # type: ignore[arg-type]
+            bounds = np.linspace(int(first), int(first) + span, count + 1).astype(np.int64)
+            self.slices = [(int(lo), int(hi), int(lo) - int(first))
                            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         # Every row is read: a WHERE on the event type costs SQLite more than reading the few
         # rows that are not ranges, which numpy drops.
@@ -560,6 +566,7 @@ class _NvtxRead:
         self.out = {c.name: np.empty(size, dtype=c.dtype) for c in schema.NVTX.columns
                     if c.name not in ("event_type", "end_global_tid")}
         self.out["crosses_thread"] = np.empty(size, dtype=bool)
+        self.out["pushpop"] = np.empty(size, dtype=bool)  # read by validate.nested_ranges, then dropped
         self.out["row"] = np.empty(size, dtype=np.int32 if int(last) < np.iinfo(np.int32).max else np.int64)
         self.codes = np.empty(size, dtype=np.int32)
         self.seq = np.empty(size, dtype=np.int32)
@@ -583,14 +590,14 @@ class _NvtxRead:
         kind = schema.NVTX.column("event_type")
         event_type = va.integers(arrow.column(kind.name), kind.dtype, kind.default)
         dropped.add(event_type, kind)  # a row of unknown kind may have been a range
-        is_range = np.isin(event_type.values, schema.NVTX_RANGE_TYPES)
-        if dropped.rows is not None:
-            is_range &= ~dropped.rows
+        is_range = np.isin(event_type.values, schema.NVTX_RANGE_TYPES) & (dropped.rows is None or ~dropped.rows)
+        self.out["pushpop"][here] = np.isin(event_type.values, (schema.NVTX_PUSHPOP, schema.NVTXT_PUSHPOP))
         ends_open = None
         for column in schema.NVTX.columns:
             if column.name == "event_type":
                 continue
-            converted = va.integers(arrow.column(column.name), column.dtype, column.default)
+            converted = va.integers(arrow.column(column.name), column.dtype, column.default,
+                                    whole=column.name in va.TIMES)
             dropped.add(converted, column, among=is_range)  # marks and domain rows are not used
             if column.name == "end":
                 ends_open = converted.null
@@ -633,8 +640,8 @@ class _NvtxRead:
         domains = {0: ""}
         if not self.slices:
             frame = empty_frame(schema.NVTX).drop(columns=["event_type", "end_global_tid"])
-            return (frame.assign(crosses_thread=np.empty(0, bool), row=np.empty(0, np.int64),
-                                 text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
+            return (frame.assign(crosses_thread=np.empty(0, bool), pushpop=np.empty(0, bool),
+                                 row=np.empty(0, np.int64), text_id=np.empty(0, np.int32), seq=np.empty(0, np.int32)),
                     pa.array([], pa.string()), np.empty(0, bool), domains)
         merged = pc.dictionary_encode(pa.concat_arrays([names.names for _, _, names, _ in results]))
         distinct = merged.dictionary
@@ -762,15 +769,16 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
             started = session_start(db)
             results = _results([*slices, *tables.values(), string_ids])[:len(slices)]
             frames = {name: job.result()[0] for name, job in tables.items()}
-            physical = {name: job.result()[1] for name, job in tables.items()}
+            read_from = {name: job.result()[1] for name, job in tables.items()}
             ids, values = string_ids.result()
         base = int(ids[-1]) + 1 if len(ids) else 0
         frames["nvtx"], names, emit, domains = nvtx.finish(results, base)
-        physical["nvtx"] = nvtx.physical
+        read_from["nvtx"] = nvtx.physical
         strings = _strings(ids, values, bounded_names(names), base)
         found = {t.name: db.find(t.sources) for t in schema.EVENT_TABLES}
         frames = {table.name: frames[table.name] for table in schema.EVENT_TABLES}
-        physical = {t.name: physical[t.name] for t in schema.EVENT_TABLES if physical[t.name] is not None}
+        pairs = ((t.name, read_from[t.name]) for t in schema.EVENT_TABLES)
+        physical = {name: table for name, table in pairs if table is not None}
     finally:
         db.close()
 
@@ -808,11 +816,12 @@ def _checked_frames(frames: dict[str, pd.DataFrame], physical: dict[str, str], s
                     flaws: va.Flaws, whole_file: tuple[int, int] | None = None) -> tuple[dict[str, pd.DataFrame],
                                                                                            int, int]:
     """The frames without rows whose times cannot be (`_checked`), NVTX ranges left open closed at the
-    profile's end; and the profile's (start, end). `whole_file`: see `_session_bound`."""
+    profile's end and push/pop ranges that do not nest left out (`validate.nested_ranges`); and the
+    profile's (start, end). `whole_file`: see `_session_bound`."""
     session_end = _session_bound(frames, stated, flaws, whole_file)
     frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
     start, end = _time_range(frames)
-    frames["nvtx"] = _close_nvtx(frames["nvtx"], end)
+    frames["nvtx"] = va.nested_ranges(frames["nvtx"], end, flaws, physical.get("nvtx", ""))
     return frames, start, end
 
 
@@ -831,7 +840,7 @@ def stated_session(db: Database) -> int | None:
     if SESSION_TABLE not in db.tables or "duration" not in db.columns(SESSION_TABLE):
         return None
     value = db.query(f"SELECT max(duration) FROM {SESSION_TABLE} WHERE typeof(duration) = 'integer'")[0][0]
-    return int(value) if isinstance(value, int) and 0 < value <= va.MAX_TIME else None  # type: ignore[arg-type]
+    return int(value) if isinstance(value, int) and 0 < value <= va.MAX_TIME else None
 
 
 def file_late_events(db: Database, stated: int) -> tuple[int, int]:
@@ -846,7 +855,7 @@ def file_late_events(db: Database, stated: int) -> tuple[int, int]:
         ok = """typeof("start") = 'integer' AND (typeof("end") = 'integer' OR "end" IS NULL)"""
         n, m = db.query(f'SELECT count(*), total("start" > {stated} OR coalesce("end" > {stated}, 0)) '
                         f'FROM "{physical}" WHERE {ok}')[0]
-        rows, late = rows + int(n or 0), late + int(m or 0)  # type: ignore[arg-type]
+        rows, late = rows + int(n or 0), late + int(m or 0)
     return rows, late
 
 
@@ -925,7 +934,7 @@ def session_start(db: Database) -> int | None:
     return int(rows[0][0]) if rows and isinstance(rows[0][0], int) else None
 
 
-def _results(jobs: list) -> list:  # type: ignore[type-arg]
+def _results(jobs: list) -> list:
     """Results of `jobs` in order; the first failure is raised once every job has stopped."""
     errors = [job.exception() for job in jobs]
     failed = next((e for e in errors if e is not None), None)

@@ -5,12 +5,17 @@ of 2**63 - 1) must never reach the reports: one such row wraps a sum of duration
 total or makes a utilisation read 119 %. So every row read is checked here, vectorised, before
 any stage sees it:
 
-- every value is an integer of its column's range (text, reals, blobs and NaN are not);
+- every value is an integer of its column's range (text, blobs and NaN are not; nor is a time with
+  a fraction: nsys writes whole nanoseconds, and cutting the fraction off would keep a made-up time
+  such as ``start = 1.5``; other reals are cut toward zero, as SQLite's CAST does);
 - columns without a default (times, the thread of an API call, the NVTX event type) are not NULL;
 - times are not negative, an end is not before its start, and both lie within the session: the
   duration ``ANALYSIS_DETAILS`` states (events are timed from the session start), else
   `MAX_TIME`;
-- no row repeats another exactly (nsys never writes one event twice).
+- no row repeats another exactly (nsys never writes one event twice);
+- NVTX push/pop ranges nest on their thread (`nested_ranges`): of two that cross, the one begun later
+  is left out, and so is a range without an end begun inside a closed one (it cannot have been open
+  when the capture stopped); the ops built on them could otherwise hold more CPU time than the profile.
 
 A row that fails is dropped, except an NVTX range whose end lies after the session: that range was
 never closed in the session, so it is treated like nsys's own unclosed ranges (it ends with the
@@ -32,6 +37,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# Time columns: a real with a fraction there is damage, not a value to cut (`integers`' `whole`).
+TIMES = ("start", "end")
 # About 13 days in ns: the session bound when the export does not state its duration. Durations
 # below it cannot wrap an int64 sum unless some 8,000 of them overlap.
 MAX_TIME = 1 << 50
@@ -46,14 +53,21 @@ UNTRUSTED_DURATION_SHARE = 0.1
 
 # cause -> (what the rows have, what was done); the order is the order of the checks and warnings
 CAUSES = {
-    "type": ("a value that is not an integer", "dropped"),
+    "type": ("a value that is not an integer (text, a blob, a fraction)", "dropped"),
     "null": ("NULL where a value is required", "dropped"),
     "negative": ("a negative time", "dropped"),
     "reversed": ("an end before the start", "dropped"),
     "late": ("times after the end of the session", "dropped"),
     "open": ("an end after the end of the session", "ended them with the profile, like unclosed ranges"),
     "duplicate": ("an exact copy of another row", "dropped the copies"),
+    # push/pop ranges of one thread form a stack (`nesting`): a range cannot end after the one it began in
+    "crossing": ("an end after the end of the range they began in (push/pop ranges of a thread nest)",
+                 "left them out"),
+    "unclosed": ("no end although the range they began in was closed (push/pop ranges of a thread nest)",
+                 "left them out"),
 }
+# causes whose warning counts NVTX ranges, not rows of any table
+_RANGE_CAUSES = ("open", "crossing", "unclosed")
 
 
 @dataclass(frozen=True)
@@ -65,13 +79,14 @@ class Converted:
     null: np.ndarray | None
 
 
-def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None) -> Converted:
+def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None, whole: bool = False) -> Converted:
     """`array` as integers of `dtype`; NULLs and unusable values hold `default` (0 when None).
 
     The driver types a column from its values: INTEGER when all are, DOUBLE when some are reals,
     STRING when some are text, BINARY when some are blobs (the integers then arrive as decimal
-    text). Finite reals are cut toward zero (SQLite's CAST) and decimal text is converted;
-    anything else, or a value outside `dtype`'s range, is marked bad.
+    text). Finite reals are cut toward zero (SQLite's CAST) and decimal text is converted, except
+    that with `whole` (a time column) a real with a fraction is bad; anything else, or a value outside
+    `dtype`'s range, is marked bad.
     """
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
@@ -85,7 +100,7 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
     if pa.types.is_integer(kind):
         values = (pc.fill_null(array, fill) if array.null_count else array).to_numpy()
     elif pa.types.is_floating(kind):
-        values, ok = _cut_toward_zero(pc.fill_null(array, float(fill)).to_numpy(), fill)
+        values, ok = _cut_toward_zero(pc.fill_null(array, float(fill)).to_numpy(), fill, whole)
         bad = ~ok
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
             or pa.types.is_large_binary(kind):
@@ -96,7 +111,7 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
                                                  or pa.types.is_large_binary(kind) else str(fill), kind))
         values = pc.cast(pc.cast(digits, pa.string()), pa.int64()).to_numpy()
         bad = ~ok.to_numpy(zero_copy_only=False)
-        values, bad = _reals_in_text(array, values, bad)
+        values, bad = _reals_in_text(array, values, bad, whole)
     else:  # anything else a damaged file may hold
         values = np.full(n, fill, dtype=np.int64)
         bad = np.ones(n, dtype=bool)
@@ -114,14 +129,14 @@ def integers(array: pa.Array | pa.ChunkedArray, dtype: str, default: int | None)
     return Converted(values, bad, null)
 
 
-def _reals_in_text(array: pa.Array, values: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _reals_in_text(array: pa.Array, values: np.ndarray, bad: np.ndarray, whole: bool) -> tuple[np.ndarray, np.ndarray]:
     """Reals among text (a column typed STRING/BINARY by its text values holds its reals as their
-    decimal text): cut toward zero as in a DOUBLE column, instead of bad."""
+    decimal text): taken as in a DOUBLE column."""
     real_text = bad & pc.fill_null(pc.match_substring_regex(array, _REAL_TEXT), False).to_numpy(zero_copy_only=False)
     if not real_text.any():
         return values, bad
     cut, finite = _cut_toward_zero(
-        pc.cast(pc.cast(pc.filter(array, pa.array(real_text)), pa.string()), pa.float64()).to_numpy(), 0)
+        pc.cast(pc.cast(pc.filter(array, pa.array(real_text)), pa.string()), pa.float64()).to_numpy(), 0, whole)
     rows = np.flatnonzero(real_text)[finite]
     values, bad = values.copy(), bad.copy()
     values[rows] = cut[finite]
@@ -129,11 +144,14 @@ def _reals_in_text(array: pa.Array, values: np.ndarray, bad: np.ndarray) -> tupl
     return values, bad
 
 
-def _cut_toward_zero(real: np.ndarray, fill: int) -> tuple[np.ndarray, np.ndarray]:
-    """(`real` cut toward zero as SQLite's CAST does, `fill` where it cannot be an int64; which could)."""
+def _cut_toward_zero(real: np.ndarray, fill: int, whole: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(`real` cut toward zero as SQLite's CAST does, `fill` where it cannot be an int64, or with `whole` where
+    it has a fraction; which could)."""
     real = real.astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(real) & (np.abs(real) < 2.0**63)
+        if whole:
+            ok &= real == np.trunc(real)
     return np.where(ok, np.trunc(real), fill).astype(np.int64), ok
 
 
@@ -243,11 +261,10 @@ class Flaws:
             where = ", ".join(f"{table}{'.' + column if column else ''} {n:,}"
                               for (table, column), n in sorted(found.items()))
             note = f" ({self.session_note})" if cause in ("late", "open") and self.session_note else ""
-            lines.append(f"{self.source}: {sum(found.values()):,} row(s) with {what}{note}: {done} "
-                         f"(per table: {where}); the export looks damaged, the reports leave these rows out"
-                         if cause != "open" else
-                         f"{self.source}: {sum(found.values()):,} NVTX range(s) with {what}{note}: {done} "
-                         f"(per table: {where})")
+            damaged = "" if cause == "open" else "; the export looks damaged, the reports leave these rows out"
+            lines.append(f"{self.source}: {sum(found.values()):,} "
+                         f"{'NVTX range(s)' if cause in _RANGE_CAUSES else 'row(s)'} with {what}{note}: {done} "
+                         f"(per table: {where}){damaged}")
         return tuple(lines)
 
 
@@ -277,3 +294,102 @@ def missing_table_warnings(source: str, present: Mapping[str, str], has_gpu_work
             continue  # no CUDA at all: the reports needing kernels say so themselves
         lines.append(f"{source}: no {physical[name]} table ({what}): {loss}")
     return tuple(lines)
+
+
+def _last_above(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """For each i, the last index m < i with ``values[m] > bound[i]`` (-1 when none).
+
+    Over the maxima of aligned blocks (sizes 1, 2, 4, ...; 2n values in all): a query skips leftwards
+    over whole blocks whose maximum is not above its bound (one step per set bit of i), then goes down
+    the first block that is, right half first. All queries move together: steps are looped, not events.
+    """
+    n = len(values)
+    width = 1 << max(n - 1, 0).bit_length()  # padded to a power of two: every block has two halves
+    levels = [np.r_[values.astype(np.int64), np.full(width - n, np.iinfo(np.int64).min)]]
+    while len(levels[-1]) > 1:
+        levels.append(np.maximum(levels[-1][0::2], levels[-1][1::2]))
+    offsets = np.r_[0, np.cumsum([len(level) for level in levels])]
+    flat = np.concatenate(levels)
+    at = np.arange(n, dtype=np.int64)  # first the end of what is left to search, then the block found
+    level = np.zeros(n, dtype=np.int64)
+    found = np.zeros(n, dtype=bool)
+    active = at > 0
+    while active.any():  # one step per set bit: at most log2(n)
+        q = np.flatnonzero(active)
+        k = np.log2(at[q] & -at[q]).astype(np.int64)  # the largest aligned block ending at at[q]
+        block = (at[q] >> k) - 1
+        hit = flat[offsets[k] + block] > bound[q]
+        found[q[hit]], level[q[hit]], at[q[hit]] = True, k[hit], block[hit]
+        at[q[~hit]] -= np.left_shift(1, k[~hit])
+        active[q] = ~hit & (at[q] > 0)
+    q = np.flatnonzero(found & (level > 0))
+    while len(q):  # down the blocks found: at most log2(n) steps
+        k = level[q] - 1
+        right = 2 * at[q] + 1
+        at[q] = np.where(flat[offsets[k] + right] > bound[q], right, right - 1)
+        level[q] = k
+        q = q[k > 0]
+    return np.where(found, at, -1)
+
+
+def _crossing_round(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """One round of `crossing`: the ranges to leave out of the crossing pairs found, None when none is.
+
+    Ranges sorted by (thread, start, longest first); a range's stack top is the range of its thread
+    begun last before it and still open at its start (for nested ranges: the innermost enclosing one).
+    A range ending after its stack top crosses it. If none does, the ranges nest (of a crossing pair,
+    the later's stack top either is the earlier or crosses it itself, begun earlier: some pair shows).
+    """
+    order = np.lexsort((-end, start, tid))
+    t, s, e = tid[order], start[order], end[order]
+    first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+    thread_start = np.repeat(first, np.diff(np.r_[first, len(t)]))
+    top = _last_above(e, s)
+    child = np.flatnonzero((top >= thread_start) & (np.take(e, top, mode="clip") < e))
+    if len(child) == 0:
+        return None
+    # The range begun later is left out: a range pushed inside another is popped before it, so of the
+    # two it is the one whose end cannot be. Pairs whose parent does not cross its own stack top go
+    # first: a late end makes its range cross the ranges begun after it too, and those (innocent) are
+    # spared once it is out (the next round looks again).
+    crosses_own = np.zeros(len(t), dtype=bool)
+    crosses_own[child] = True
+    child = child[~crosses_own[top[child]]]
+    marked = np.zeros(len(t), dtype=bool)
+    marked[order[child]] = True
+    return marked
+
+
+def crossing(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Push/pop ranges to leave out so that those left nest on each thread (a range begun inside another
+    ends inside it): of two that cross, the one begun later (`_crossing_round`). Rounds until nothing
+    crosses; each takes out at least one range."""
+    out = np.zeros(len(start), dtype=bool)
+    while True:  # rounds, not events
+        kept = np.flatnonzero(~out)
+        marked = _crossing_round(tid[kept], start[kept], end[kept])
+        if marked is None:
+            return out
+        out[kept[marked]] = True
+
+
+def nested_ranges(nvtx: pd.DataFrame, profile_end: int, flaws: Flaws, table: str) -> pd.DataFrame:
+    """The NVTX frame with ranges left open (no end, or one after the session) ending with the profile,
+    and without the push/pop ranges that then do not nest (`crossing`): those without an end are counted
+    as "unclosed" (an unclosed range inside a closed one cannot be, its end is what is missing), the
+    others as "crossing". Drops the frame's ``pushpop`` column, which only this check reads."""
+    start, end = nvtx["start"].to_numpy(), nvtx["end"].to_numpy()
+    open_end = end < start  # unclosed ranges (NULL end) read as NO_ID
+    end = np.where(open_end, profile_end, end)
+    pushpop = np.flatnonzero(nvtx["pushpop"].to_numpy())
+    frame = nvtx.drop(columns="pushpop")
+    if open_end.any():
+        frame = frame.assign(end=end.astype(nvtx["end"].dtype, copy=False))
+    out = crossing(nvtx["global_tid"].to_numpy()[pushpop], start[pushpop], end[pushpop])
+    if not out.any():
+        return frame
+    drop = np.zeros(len(start), dtype=bool)
+    drop[pushpop[out]] = True
+    flaws.add("unclosed", table, int(np.count_nonzero(drop & open_end)))
+    flaws.add("crossing", table, int(np.count_nonzero(drop & ~open_end)))
+    return frame[~drop].reset_index(drop=True)

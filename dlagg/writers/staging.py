@@ -94,6 +94,7 @@ TENSORBOARD = "tensorboard"
 # and the TensorBoard writer's `.<profile_name>.<random>.tmp` and `.<profile_name>.old.<random>` folders.
 LEGACY_TEMP = r"\.{name}\.(?:[a-z0-9_]{{8}}\.tmp|old\.[a-z0-9_]{{8}})"
 NAME_MAX = 255  # bytes in a file name (Linux, macOS)
+PATH_MAX = 4096  # bytes in a path (Linux)
 
 # errno -> (what happened, what to do)
 CAUSES = {
@@ -122,6 +123,7 @@ def check_output_names(options: Options) -> None:
         names.append(("--baseline_profile_name", options.baseline.profile_name))
     for option, name in names:
         _check_prefix(option, name)
+    _check_folder_name(options)
     tb_dir = str(options.tb_dir)
     if _control(tb_dir) or not tb_dir:
         raise OptionsError(f"--tb_dir={tb_dir!r}: give a folder name without control characters (default event_files)")
@@ -152,6 +154,20 @@ def _check_prefix(option: str, name: str) -> None:
     if len(name.encode("utf-8", "surrogateescape")) + longest > NAME_MAX:
         raise OptionsError(f"{option}: {len(name)} characters make file names longer than {NAME_MAX} bytes; "
                            "choose a shorter prefix")
+
+
+def _check_folder_name(options: Options) -> None:
+    """An --output_path the filesystem cannot hold (a part over NAME_MAX bytes, or with the longest output file
+    name over PATH_MAX) is an option error, not the OSError making the folder raises."""
+    folder = os.path.abspath(options.output_path)
+    longest = max((len(os.fsencode(part)) for part in Path(folder).parts), default=0)
+    whole = len(os.fsencode(folder)) + 1 + NAME_MAX
+    if longest > NAME_MAX or whole > PATH_MAX:
+        what = (f"a part of it is {longest} bytes long, over the {NAME_MAX} a folder name may have"
+                if longest > NAME_MAX else f"it is {len(os.fsencode(folder))} bytes long: with the output file "
+                f"names, over the {PATH_MAX} a path may have")
+        raise OptionsError(f"--output_path={shown(options.output_path)[:200]}...: no such folder can be made ({what}); "
+                           "choose a shorter path")
 
 
 def _suffixes() -> list[str]:
@@ -488,7 +504,7 @@ def finish(primary: Path) -> None:
     stagings = [primary, *(root / name for root, name in zip(roots[1:], journal["staging"][1:], strict=True))]
     for area, rel in journal["moves"]:
         _move(stagings[area] / FILES / rel, roots[area] / rel, stagings[area] / TRASH)
-    emptied = set()
+    emptied: set[Path] = set()
     for area, rel in journal["removes"]:
         _discard(roots[area] / rel, stagings[area] / TRASH)
         emptied.update(p for p in (roots[area] / rel).parents if p != roots[area] and p.is_relative_to(roots[area]))
