@@ -4,7 +4,8 @@ Contract:
 
 - ``compare(baseline, current) -> Comparison`` is a pure function of the two sides' figures. A
   `Side` is one job reduced exactly as ``pipeline.run`` reduces the current one (``job.map_ranks``
-  then ``job.combine``): its `JobFigures` and its combined reports, which must include `NEEDS`.
+  then ``job.combine``): its `JobFigures` and its combined reports, which must include `NEEDS`; or
+  a saved baseline (saved.py): its ranks' `RankFacts` and the tables of those reports it reads.
   Figures are joined by their stable keys (field keys, op types, long kernel names, detector
   names), never by display titles, so summary lines added or removed later simply appear or drop out.
 - ``Comparison.report`` is report ``compare``, an ordinary `Report` the writers render: its main
@@ -37,7 +38,7 @@ from .options import Options
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports import Report
-from .reports.base import JobFigures
+from .reports.base import JobFigures, RankFigures
 from .reports.figures import BYTES, COUNT, NS, PERCENT, Field, Table, key_values
 
 COMPARE = "compare"  # the report's name and file suffix
@@ -113,34 +114,58 @@ SAMPLE_FIELDS = (
 
 
 @dataclass(frozen=True)
-class Side:
-    """One profile of a comparison: its job's figures and its reports (combined over its ranks)."""
+class RankFacts:
+    """What a comparison reads of one rank besides its reports; a saved baseline (saved.py) keeps these instead of
+    the rank's figures."""
 
-    figures: JobFigures
+    source: str  # the file name of its export
+    iterations: int  # aggregated iterations
+    key_node: str  # "(not found)" without one
+    gpus: tuple[str, ...]  # the name of every GPU it ran on (the export's GPUs when its devices are not known)
+    warnings: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rank: RankFigures) -> RankFacts:
+        table = dict(zip(rank.gpus["device_id"].to_numpy().tolist(), rank.gpus["name"].astype(str), strict=True))
+        devices = rank.source.devices or tuple(table)
+        return cls(rank.source.path.name, rank.iterations.stop - rank.iterations.start + 1,
+                   rank.iterations.key_node or "(not found)",
+                   tuple(table.get(d, "") or "(unnamed GPU)" for d in devices), tuple(rank.warnings))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One profile of a comparison: its job's figures and its reports (combined over its ranks). A saved
+    baseline (saved.py) has no job figures, only its ranks' facts (`saved`)."""
+
+    figures: JobFigures | None
     reports: Mapping[str, Report]
+    saved: tuple[RankFacts, ...] | None = None
+
+    @property
+    def ranks(self) -> tuple[RankFacts, ...]:
+        if self.saved is not None:
+            return self.saved
+        assert self.figures is not None
+        return tuple(RankFacts.of(r) for r in self.figures.ranks)
 
     @property
     def source(self) -> str:
-        return ", ".join(dict.fromkeys(r.source.path.name for r in self.figures.ranks))
+        return ", ".join(dict.fromkeys(r.source for r in self.ranks))
 
     @property
     def iterations(self) -> int:
         """Aggregated iterations, summed over ranks: per-iteration figures of several ranks are per rank."""
-        return sum(r.iterations.stop - r.iterations.start + 1 for r in self.figures.ranks)
+        return sum(r.iterations for r in self.ranks)
 
     @property
     def key_nodes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.iterations.key_node or "(not found)" for r in self.figures.ranks))
+        return tuple(dict.fromkeys(r.key_node for r in self.ranks))
 
     @property
     def gpus(self) -> tuple[str, ...]:
         """The name of every GPU the ranks ran on (the export's GPUs when the devices are not known)."""
-        names: list[str] = []
-        for rank in self.figures.ranks:  # ranks, not events
-            table = dict(zip(rank.gpus["device_id"].to_numpy().tolist(), rank.gpus["name"].astype(str), strict=True))
-            devices = rank.source.devices or tuple(table)
-            names += [table.get(d, "") or "(unnamed GPU)" for d in devices]
-        return tuple(names)
+        return tuple(name for r in self.ranks for name in r.gpus)
 
     def table(self, report: str, key: str) -> Table | None:
         """A table of one of the side's reports, None when the report (or table) was not built."""
@@ -252,7 +277,7 @@ def _row(section: str, name: str, key: str, unit: str, baseline: object, current
     delta = pct = None
     if _number(baseline) and _number(current):
         delta = current - baseline  # type: ignore[operator]
-        pct = 100.0 * delta / baseline if baseline else None  # type: ignore[operator]
+        pct = 100.0 * delta / baseline if baseline else None
     return {"section": section, "name": name, "baseline": baseline if _number(baseline) else None,
             "current": current if _number(current) else None, "delta": delta, "delta_pct": pct, "note": note,
             "key": key, "unit": unit}
@@ -446,7 +471,7 @@ def finding_rows(baseline: Side, current: Side) -> tuple[pd.DataFrame, tuple[str
     for detector in detectors:  # a dozen detectors
         (bf, bs), (cf, cs) = _state(b, detector), _state(c, detector)
         delta = cs - bs if _number(bs) and _number(cs) else None  # type: ignore[operator]
-        pct = 100.0 * delta / bs if delta is not None and bf and cf and bs else None  # type: ignore[operator]
+        pct = 100.0 * delta / bs if delta is not None and bf and cf and bs else None
         problem = (c.fired if c and detector in c.fired else b.fired if b else {}).get(detector, (None, ""))[1]
         rows.append({"section": FINDINGS, "name": label(detector), "baseline": bf, "current": cf, "delta": delta,
                      "delta_pct": pct, "note": problem, "key": f"finding:{detector}", "unit": NS})
@@ -478,9 +503,9 @@ def differences(baseline: Side, current: Side) -> list[str]:
     if sorted(baseline.gpus) != sorted(current.gpus):
         warnings.append(f"compare: the profiles ran on different GPUs (baseline: {_counted(baseline.gpus)}; current: "
                         f"{_counted(current.gpus)}): the comparison measures the hardware as well as the change")
-    if len(baseline.figures.ranks) != len(current.figures.ranks):
-        warnings.append(f"compare: the baseline has {len(baseline.figures.ranks)} rank(s), the current profile "
-                        f"{len(current.figures.ranks)}: GPU times per iteration are per rank (mean over ranks)")
+    if len(baseline.ranks) != len(current.ranks):
+        warnings.append(f"compare: the baseline has {len(baseline.ranks)} rank(s), the current profile "
+                        f"{len(current.ranks)}: GPU times per iteration are per rank (mean over ranks)")
     if baseline.key_nodes != current.key_nodes:
         warnings.append(f"compare: the key nodes differ (baseline: {', '.join(baseline.key_nodes)}; current: "
                         f"{', '.join(current.key_nodes)}): an iteration may not be the same unit of work")
@@ -495,7 +520,8 @@ def differences(baseline: Side, current: Side) -> list[str]:
                         f"of the current's is in ops both profiles have ({n_b} and {n_c} ops, {common} in common); "
                         "are these profiles of the same model?")
     for side, name in ((baseline, "baseline"), (current, "current profile")):
-        if side.table("op_type", "op_types") is None or side.table("op_type", "op_types").frame.empty:
+        op_types = side.table("op_type", "op_types")
+        if op_types is None or op_types.frame.empty:
             warnings.append(f"compare: the {name} has no op figures (no NVTX op ranges): its op type rows are missing")
     return warnings
 
@@ -611,7 +637,7 @@ def compare(baseline: Side, current: Side) -> Comparison:
     frame = frame.astype(object).where(frame.notna(), None)
     judged = verdict(baseline, current, b, c, op_types, gone, new)
     # the baseline's own warnings (its key node, its data); a report's missing figures show in the rows
-    own = dict.fromkeys(w for r in baseline.figures.ranks for w in r.warnings)
+    own = dict.fromkeys(w for r in baseline.ranks for w in r.warnings)
     warnings = [f"baseline: {w}" for w in own] + differences(baseline, current)
     if math.isnan(judged.low) and not math.isnan(judged.ratio):
         warnings.append(f"compare: {min(judged.iterations)} aggregated iteration(s) on a side: no confidence "
@@ -646,7 +672,7 @@ def compare(baseline: Side, current: Side) -> Comparison:
 
 
 def _profile(name: str, side: Side, samples: Samples) -> dict[str, object]:
-    return {"side": name, "source": side.source, "ranks": len(side.figures.ranks), "gpus": _counted(side.gpus),
+    return {"side": name, "source": side.source, "ranks": len(side.ranks), "gpus": _counted(side.gpus),
             "key_node": ", ".join(side.key_nodes), "aggregated_iterations": side.iterations,
             "iteration_time_avg_ns": samples.mean}
 
@@ -668,7 +694,7 @@ def baseline_job(options: Options) -> tuple[Options, Job] | None:
         raise OptionsError(f"--baseline_profile_name={reads.profile_name} is the current profile's name too: "
                            "choose another, so that their TensorBoard runs do not overwrite each other")
     try:
-        paths = input_paths(reads.nsys_database)
+        paths = input_paths(options.baseline.nsys_database)  # = reads.nsys_database
         for path in paths:
             check_input(path)
         return reads, discover(paths)

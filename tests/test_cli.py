@@ -17,6 +17,7 @@ from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
 
 from .conftest import dlagg, recording, text_inference, text_inference_kept, text_kept_as, text_storage_kept
+from .marks import quick_on
 
 
 def sha256(path: Path) -> str:
@@ -73,9 +74,9 @@ def test_force_names_the_earlier_outputs_it_removed(db: Path, tmp_path: Path, ca
                          f"--output_path={out}")
     assert code == 0, err
     gone = before - {p.name for p in out.iterdir()}
-    assert gone == {"dlagg_kernel.csv", "dlagg_kernel.json", "dlagg_summary.json"}
+    assert gone == {"dlagg_kernel.csv", "dlagg_kernel.json", "dlagg_summary.json", "dlagg_figures.json"}
     line = next(x for x in err.splitlines() if x.startswith("dlagg: --force:"))
-    assert "removed 3 earlier outputs" in line and str(out) in line
+    assert "removed 4 earlier outputs" in line and str(out) in line
     assert all(name in line for name in gone) and "dlagg_summary.csv" not in line.split("removed", 1)[1]
 
 
@@ -277,7 +278,7 @@ def test_the_command_line_keeps_pandas_text_in_python_strings(db: Path, tmp_path
     assert seen == [("python" if infers else "object", cli.tune_process)]
 
 
-@pytest.mark.parametrize("name", ["resnet_amp", "ddp2_gpt_per_rank"])
+@pytest.mark.parametrize("name", quick_on("resnet_amp", ["resnet_amp", "ddp2_gpt_per_rank"]))
 def test_reports_are_the_same_bytes_whether_pandas_keeps_text_in_arrow_in_python_strings_or_as_objects(
         name: str, multi, tmp_path: Path) -> None:
     """A library caller may keep pandas 3's text in Arrow (its default), in Python strings (what the command line

@@ -1,7 +1,7 @@
 """The package's layering, checked from its source: imports only go down, and nothing hides a cycle.
 
-cli -> {pipeline, record} -> compare -> {job, writers} -> reports -> expert -> comm -> context -> {ops, roofline}
--> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
+cli -> {pipeline, record} -> saved -> compare -> {job, writers} -> reports -> expert -> comm -> context
+-> {ops, roofline} -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
 is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
 writers import nothing below reports. No function is longer than MAX_FUNCTION_LINES lines unless its
@@ -30,6 +30,7 @@ LAYERS = {
     "reports": 8,
     "job": 9, "writers": 9,
     "compare": 10,  # two jobs' figures compared: reduces the baseline with job
+    "saved": 10,  # a saved baseline: the figures compare needs, written by a JSON run and read back
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
     "api": 12,  # dlagg.analyze, the library face: runs the pipeline (the package re-exports it lazily, by name)
