@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
 from .errors import DlaggError, OptionsError, interrupted
-from .limits import address_space_limit, out_of_memory, out_of_memory_loading
+from .limits import (
+    address_space_limit,
+    end_run_when_a_thread_runs_out,
+    is_out_of_memory,
+    out_of_memory,
+    out_of_memory_loading,
+    thread_ran_out,
+)
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log
 from .options import FILE_FORMATS, REPORT_DESCRIPTIONS, VERBOSITIES, Baseline, Options
 from .record import (
@@ -331,6 +338,11 @@ def build_parser() -> Parser:
     add("--check", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
         help="check every SQLite export's pages (SQLite's quick_check, beside the read) and refuse a damaged one "
              "(default true; false reads what can still be read)")
+    add("--cache", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
+        help="keep what the read of each file gave, so that the next run on the unchanged file skips the read "
+             "(another iteration range, key node or report); default true (docs/cache.md)")
+    add("--cache_dir", default=None, metavar="DIR",
+        help="the cache's folder (default $DLAGG_CACHE_DIR, else $XDG_CACHE_HOME/dlagg or ~/.cache/dlagg)")
     add("--strict", type=boolean, nargs="?", const=True, default=False, metavar="BOOL",
         help=f"every warning is an error: written as 'dlagg: error: ...', and exit status {STRICT} once the outputs "
              "are written (warnings about the options stop dlagg before it reads or runs anything; default false)")
@@ -378,7 +390,8 @@ def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
     add = group.add_argument
     add("--baseline", default=None, metavar="FILES",
         help="the profile before the change, read like --nsys_database (file, comma list, glob, folder): writes "
-             "report compare, prints a verdict and adds the baseline's TensorBoard run")
+             "report compare, prints a verdict and adds the baseline's TensorBoard run; or a saved baseline: the "
+             "output folder of a --formats=json run, or its <profile_name>_figures.json (docs/compare.md)")
     add("--baseline_key_node", default=None, metavar="NAME", help="the baseline's key node (default: --key_node)")
     add("--baseline_iter_start", type=iteration, default=None, metavar="N",
         help="the baseline's first aggregated iteration (default: --iter_start)")
@@ -427,6 +440,8 @@ def options_from(args: argparse.Namespace, baseline: Baseline | None = None) -> 
         baseline=baseline,
         raw_csv=args.raw_csv,
         check=args.check,
+        cache=args.cache,
+        cache_dir=args.cache_dir,
     )
 
 
@@ -471,19 +486,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGINT or SIGTERM given to the command (dlagg/__main__.py)
         line, code = interrupted(exc)
+        if thread_ran_out():  # the interruption came from a thread the system refused memory (`entry`)
+            line, code = f"dlagg: error: {out_of_memory(_input_path(options))}", OUT_OF_MEMORY
         print(line, file=sys.stderr)
         return code
-    except MemoryError:
-        print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
-        return OUT_OF_MEMORY
-    except RuntimeError as exc:
-        if "can't start new thread" not in str(exc):
-            return _internal(options, exc)
-        # no room left for a thread's stack: out of memory too
-        print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
-        return OUT_OF_MEMORY
-    except Exception as exc:  # a bug: one line, the traceback only when asked for
-        return _internal(options, exc)
+    except Exception as exc:
+        if is_out_of_memory(exc):  # MemoryError, and a thread, a module or a mapping the system had no room for
+            print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
+            return OUT_OF_MEMORY
+        return _internal(options, exc)  # a bug: one line, the traceback only when asked for
 
 
 def run(options: Options, log: Log, **kwargs: Any) -> Result:
@@ -595,8 +606,10 @@ def entry() -> NoReturn:
 
     Every output is written, closed and renamed into place when `main` returns; what is left is
     the interpreter tearing down millions of objects one by one (a visible share of a large run),
-    which nobody waits for.
+    which nobody waits for. A thread that runs out of memory ends the run with the out-of-memory line (a pool's
+    manager thread that dies so would leave the run waiting forever).
     """
+    end_run_when_a_thread_runs_out()
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -44,6 +44,7 @@ from .model import Iterations, Profile, share
 from .options import Options
 from .pool import pool_context, shared_map, start_early, worker_initializer
 from .reader import load_profile, read_threads
+from .reader.cache import cached_profile
 from .reader.discover import Job, RankSource, with_profile_facts
 from .reports import REPORTS, Report
 from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
@@ -139,7 +140,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     began = time.perf_counter()
     log = log or Log(0)
     with log.stage(f"read {source.path.name}"):
-        profile = load_profile(source.path, source.process, reader_threads)
+        profile = cached_profile(source.path, source.process, reader_threads, use=options.cache,
+                                 folder=options.cache_dir, level=options.level, read=load_profile)
     source = with_profile_facts(source, profile)
     log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
                f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
@@ -437,9 +439,10 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
     figures once merged (a run that writes the job's reports only): the parent then holds every rank's rows
     once, in the merged report, not twice."""
     matched = None
-    if all(r.comm is not None for r in ranks):
-        matched = match_collectives([RankInput(r.source.rank, str(r.source.path), r.meta.session_start_utc, r.comm)
-                                    for r in ranks])  # type: ignore[arg-type]
+    comms = [r.comm for r in ranks if r.comm is not None]
+    if len(comms) == len(ranks):  # every rank reduced its communication
+        matched = match_collectives([RankInput(r.source.rank, str(r.source.path), r.meta.session_start_utc, comm)
+                                     for r, comm in zip(ranks, comms, strict=True)])
     figures = JobFigures(job, tuple(ranks), matched)
     built: dict[str, Report] = {}
     for name in build_order(names):
@@ -447,7 +450,7 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
         deps = {dep: built[dep] for dep in spec.depends if dep in built}
         parts = [r.reports[name] for r in ranks if name in r.reports]
         if spec.scope == JOB:
-            built[name] = spec.build(figures, deps)  # type: ignore[arg-type]
+            built[name] = spec.build(figures, deps)
         elif not parts:
             continue
         elif len(ranks) == 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -63,6 +64,8 @@ class Options:
     ncu_rank: int | None = None
     baseline: Baseline | None = None  # the profile to compare with (--baseline): report compare and a verdict
     check: bool = True  # SQLite's quick_check of every export beside the read (reader/integrity.py)
+    cache: bool = True  # keep each file's read model for the next run on it (--cache; reader/cache.py)
+    cache_dir: Path | str | None = None  # the cache's folder (--cache_dir); None: $DLAGG_CACHE_DIR or the XDG one
     raw_csv: bool = False  # CSV text cells exactly as the profile has them (--raw_csv): formula-like ones not defused
 
     def __post_init__(self) -> None:
@@ -115,3 +118,17 @@ class Baseline:
             peaks=None,
             ncu_rank=None,
         )
+
+
+CACHE_ENV = "DLAGG_CACHE_DIR"
+
+
+def cache_folder(given: Path | str | None = None) -> Path:
+    """dlagg's cache folder (the read cache, the HTML page's JavaScript bundle): `given` (--cache_dir), else
+    $DLAGG_CACHE_DIR, else the XDG cache home's dlagg folder."""
+    chosen = given or os.environ.get(CACHE_ENV)
+    if chosen:
+        return Path(chosen).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"  # (relative ones are invalid)
+    return base / "dlagg"

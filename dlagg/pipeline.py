@@ -27,10 +27,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from . import __version__
-from .compare import COMPARE, NEEDS, Comparison, Side, baseline_job, compare, reduce_side
+from .compare import COMPARE, NEEDS, Comparison, Side, compare, reduce_side
 from .errors import OptionsError, OutputError
 from .job import (
     collector_spared,
@@ -49,13 +49,17 @@ from .model import Iterations
 from .options import Options
 from .pool import pool_size, shared_map, start_early, worker_lost
 from .reader import check_input
+from .reader.cache import checked_pages
+from .reader.cache import usable as cache_usable
 from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reader.integrity import PageCheck
 from .reports import REPORTS, Report
 from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
 from .reports.figures import Table
 from .reports.roofline import build_alone
+from .saved import FIGURES, baseline_input, figures_report, saved_file
 from .writers import WRITERS, RunInfo
+from .writers.base import PieceWriter, RowsWriter
 from .writers.staging import Staging, check_output_names, missing_folders, write_staged, write_staged_file
 
 if TYPE_CHECKING:
@@ -65,6 +69,8 @@ if TYPE_CHECKING:
 TENSORBOARD = "tensorboard"
 # The pictures reports draw (PNG) are written with their reports, whatever --formats.
 IMAGES = "png"
+# The format whose runs also save the figures a later run compares with (--baseline=their folder: saved.py).
+SAVES = "json"
 ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
@@ -164,10 +170,10 @@ def check_outputs(options: Options) -> None:
     _check_formats(options.formats)
     _check_roofline_options(options)
     check_output_names(options)
-    baseline_job(options)
+    baseline_input(options)
     names = resolve_reports(options.reports, inputs=_inputs(options))
     if names or options.baseline is not None:
-        _prepare_output(options, names, None, _comparison_targets(options))
+        _prepare_output(options, names, None, [*_comparison_targets(options), *_figures_targets(options, names)])
 
 
 def _check_output_folder(out: Path) -> None:
@@ -247,7 +253,7 @@ def _staging(options: Options, log: Log) -> Staging:
     """Where the run's outputs wait until every one is written, to be moved into place together."""
     return Staging(options.output_path, _out_dir(options, TENSORBOARD), options.profile_name, force=options.force,
                    events=TENSORBOARD in _writers(options),
-                   suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE], log=log)
+                   suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE, FIGURES], log=log)
 
 
 def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
@@ -260,7 +266,7 @@ def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
         log.warn(note)
     for path in paths:
         check_input(path)
-    return paths, PageCheck(paths if options.check else [])
+    return paths, checked_pages(paths, options)  # (none with --check=false, nor of files found sound before)
 
 
 def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
@@ -332,13 +338,13 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     pool (this process and its workers), which then reduces the ranks and writes the reports; a file holding
     several ranks gets its pool once probed."""
     log = log or Log(options.level)
-    options = replace(options, formats=file_formats(options.formats))
+    options = cache_usable(replace(options, formats=file_formats(options.formats)), log)  # (cache: one note)
     _check_formats(options.formats)
     _check_roofline_options(options)
     check_output_names(options)
     if options.reports or options.baseline is not None:  # an output folder that cannot be written: before any reading
         _check_output_folders(options)
-    baseline = baseline_job(options)  # None without --baseline
+    baseline = baseline_input(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
     with collector_spared(), ExitStack() as pools:  # pools end after the staging folder, once its writes have
@@ -349,10 +355,9 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         several = len(job.sources) > 1
         names = resolve_reports(options.reports, several, _inputs(options))
         if names or baseline:
-            _prepare_output(options, names, job, _comparison_targets(options))
+            _prepare_output(options, names, job, [*_comparison_targets(options), *_figures_targets(options, names)])
         formats = _writers(options)
-        needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
-        build = list(dict.fromkeys([*names, *needed, *(NEEDS if baseline else ())])) if names or baseline else []
+        build = _to_build(options, names, formats, several, baseline is not None)
         workers = _ranks_pool(options, job, workers, worker_init, pools, log)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
@@ -363,6 +368,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             for name in names:
                 if name in built and name not in written_early:
                     _submit_per_report(writes, formats, built[name], options, info)
+            _submit_figures(writes, options, names, figures, built, info)
             comparison = None
             if baseline is not None:  # the baseline reduced and compared; its event files written
                 comparison = _compare(baseline, options, Side(figures, built), writes, log, worker_init)
@@ -382,6 +388,23 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                     rank.reports.update(zip(rank.reports, _loaded(list(rank.reports.values())), strict=True))
             written = writes.results(formats, names, before=pages.verdict)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _to_build(options: Options, names: list[str], formats: list[str], several: bool, baseline: bool) -> list[str]:
+    """The reports a run builds: those asked for, those its writers need, and those a comparison reads (of the
+    current profile with a baseline, of a baseline to come when the run saves its figures); none when the run
+    writes no report."""
+    if not names and not baseline:
+        return []
+    needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
+    return list(dict.fromkeys([*names, *needed, *(NEEDS if baseline or _figures_targets(options, names) else ())]))
+
+
+def _submit_figures(writes: _Writes, options: Options, names: list[str], figures: JobFigures,
+                    built: dict[str, Report], info: RunInfo) -> None:
+    """A JSON run's saved figures: what a later run compares with (--baseline=this output folder: saved.py)."""
+    if _figures_targets(options, names):
+        writes.submit([SAVES], [figures_report(figures, built)], options.output_path, info)
 
 
 def _loaded(reports: list[Report]) -> list[Report]:
@@ -473,16 +496,27 @@ def _comparison_targets(options: Options) -> list[Path]:
         return []
     paths = [p for fmt in _writers(options) if WRITERS[fmt].per_report
              for p in WRITERS[fmt].targets([COMPARE], _out_dir(options, fmt), options.profile_name)]
-    if TENSORBOARD in _writers(options):
+    if TENSORBOARD in _writers(options) and saved_file(options.baseline.nsys_database) is None:  # saved: no run
         paths += WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
     return paths
 
 
-def _compare(baseline: tuple[Options, Job], options: Options, current: Side, writes: _Writes, log: Log,
+def _figures_targets(options: Options, names: list[str]) -> list[Path]:
+    """The saved figures (saved.py) a JSON run of an nsys export writes with its reports or its comparison."""
+    if SAVES not in options.formats or options.nsys_database is None or not (names or options.baseline is not None):
+        return []
+    return WRITERS[SAVES].targets([FIGURES], _out_dir(options, SAVES), options.profile_name)
+
+
+def _compare(baseline: tuple[Options, Job | Side], options: Options, current: Side, writes: _Writes, log: Log,
              worker_init: Callable[[], None] | None) -> Comparison:
     """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
-    (next to the current profile's, under the baseline's run name)."""
+    (next to the current profile's, under the baseline's run name). A saved baseline is compared as it is: it holds
+    figures, not the reports a TensorBoard run shows, so it has none."""
     reads, job = baseline
+    if isinstance(job, Side):
+        with log.stage("compared with the saved baseline"):
+            return compare(job, current)
     several = len(job.sources) > 1
     needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
         if TENSORBOARD in _writers(options) else []
@@ -493,6 +527,7 @@ def _compare(baseline: tuple[Options, Job], options: Options, current: Side, wri
         comparison = compare(side, current)
     if needed:
         given = [side.reports[n] for n in REPORTS if n in side.reports]
+        assert side.figures is not None  # reduced here, not saved
         info = _run_info(reads, side.figures, list(NEEDS))
         writes.submit([TENSORBOARD], given, _out_dir(options, TENSORBOARD), info)
     return comparison
@@ -630,6 +665,7 @@ class _Writes:
         writer = WRITERS[fmt]
         if not self.lanes or len(reports) != 1 or not hasattr(writer, "rows"):
             return False
+        writer = cast(RowsWriter, writer)  # (it has the optional rows: above)
         report = reports[0]
         table = max(report.tables, key=len, default=None)
         if table is None or len(table) <= 2 * PART_ROWS or not writer.writes_rows(table):
@@ -801,7 +837,8 @@ def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Pat
         path.unlink(missing_ok=True)
     for fmt, path in (make or {}).items():
         began = time.perf_counter()
-        write_staged_file(path, json.dumps(WRITERS[fmt].piece(reports[0])), out_dir, fmt)  # type: ignore[attr-defined]
+        piece = cast(PieceWriter, WRITERS[fmt]).piece(reports[0])  # (`make` names writers with the optional piece)
+        write_staged_file(path, json.dumps(piece), out_dir, fmt)
         done.append((fmt, [], time.perf_counter() - began))
     return done
 
@@ -848,5 +885,6 @@ def _write_rows(rows: _Rows) -> _Outcome:
     own)."""
     began = time.perf_counter()
     rows = rows.alone()
-    write_staged_file(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
+    writer = cast(RowsWriter, WRITERS[rows.fmt])  # (parts are made for writers with the optional rows only)
+    write_staged_file(rows.path, writer.rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
     return [(rows.fmt, [], time.perf_counter() - began)]

@@ -109,6 +109,22 @@ def dlagg(capture: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
     return code, out, err
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _cache_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every run of the session, in-process or in a subprocess, keeps its read cache (reader/cache.py) in a folder of
+    the session's own, which goes with pytest's other temporary folders: never the user's cache."""
+    folder = tmp_path_factory.mktemp("dlagg-cache")
+    before = os.environ.get("DLAGG_CACHE_DIR")
+    os.environ["DLAGG_CACHE_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop("DLAGG_CACHE_DIR", None)
+        else:
+            os.environ["DLAGG_CACHE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def _text_inference_as_the_session_began() -> Iterator[None]:
     """Each test starts with pandas' text inference and string storage as the session began: the command line, which

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError
@@ -29,8 +29,9 @@ class PageCheck:
     """`PRAGMA quick_check` of every SQLite file of `paths`, one after the other in a daemon thread started at once;
     `verdict` waits for it and raises `InputError` for the first damaged file."""
 
-    def __init__(self, paths: Sequence[Path]) -> None:
+    def __init__(self, paths: Sequence[Path], sound: Callable[[Path], None] | None = None) -> None:
         self._paths = [p for p in paths if _is_sqlite(p)]
+        self._sound = sound  # told of each file found sound (the read cache keeps it: reader/cache.py)
         self._failure: str | None = None
         self._error: BaseException | None = None  # raised in the thread (out of memory): raised again in `verdict`
         self._thread = threading.Thread(target=self._check_all, name="dlagg-page-check", daemon=True)
@@ -44,6 +45,8 @@ class PageCheck:
                 if problem is not None:
                     self._failure = damaged(path, problem)
                     return
+                if self._sound is not None:
+                    self._sound(path)
         except BaseException as exc:  # the run's own handlers say what it means, from the main thread
             self._error = exc
 

@@ -11,19 +11,20 @@ compare report with ``--baseline``.
 Self-contained and offline: the page's style, its script, the charts' data and the Vega,
 Vega-Lite and vega-embed libraries (``vl_convert.javascript_bundle()``) are inside it; it fetches
 nothing. Building that JavaScript bundle takes vl-convert 2-3 s, so it is kept in the user's cache
-folder (``$XDG_CACHE_HOME/dlagg`` or ``~/.cache/dlagg``), one file per vl-convert version; where
+folder (``options.cache_folder``: ``$DLAGG_CACHE_DIR``, else ``$XDG_CACHE_HOME/dlagg`` or ``~/.cache/dlagg``),
+one file per vl-convert version; where
 that folder cannot be written the bundle is built on every run (docs/html.md).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
+from ..options import cache_folder
 from ..reports.base import Report, one_per_cause
 from .base import RunInfo, atomic_write, writer
 from .html_page import Page, body, escape, key_value_rows, render_sections
@@ -34,16 +35,11 @@ PAGE_SUFFIX = "report"
 # links go to sections that exist.
 FIRST = ("summary",)
 LAST = ("expert_systems",)
-CACHE_ENV = "XDG_CACHE_HOME"
 
 
 def _natural(text: str) -> list[int | str]:
     """Sort key that puts rank2 before rank10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
-
-
-def cache_folder() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "dlagg"
 
 
 @functools.cache
@@ -58,7 +54,7 @@ def vega_bundle() -> str:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         pass
-    bundle = vl_convert.javascript_bundle()
+    bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # its stub calls the optional snippet required
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, bundle)
@@ -78,7 +74,7 @@ def bundle_notice() -> str:
 
 
 def asset(name: str) -> str:
-    return resources.files(__package__).joinpath("html_assets", name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("html_assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def report_order(reports: Sequence[Report]) -> list[str]:
