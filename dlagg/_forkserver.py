@@ -14,7 +14,7 @@ import atexit
 import os
 import sys
 
-from .limits import small_thread_stacks
+from .limits import is_out_of_memory, small_thread_stacks
 from .pool import SERVER_PARENT, die_with_parent
 
 SERVER_PID = os.getpid()  # what a worker forked from here checks its parent against (pool._start_worker)
@@ -24,7 +24,14 @@ if _parent.isdigit() and not die_with_parent(int(_parent)):  # first: before the
 
 small_thread_stacks()  # the workers' threads, under an address-space limit (dlagg/__main__.py sets the parent's)
 
-from . import pipeline  # noqa: E402, F401 - imported for the workers
+try:
+    from . import pipeline  # noqa: E402, F401 - imported for the workers
+except BaseException as _exc:
+    if not is_out_of_memory(_exc):
+        raise
+    # No room for the libraries: dlagg's process says so when its pool cannot start (pool._worker_lane), in one
+    # line; multiprocessing would print this process's traceback to the same terminal.
+    os._exit(1)
 
 
 def _quiet_when_orphaned(kind: type[BaseException], value: BaseException, tb: object) -> None:

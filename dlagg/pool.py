@@ -266,7 +266,7 @@ def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, de
     """A pool worker's lane of `shared_map`: the worker kept one item ahead, from when it is up."""
     running: deque[tuple[int, Future[R]]] = deque()
     try:
-        pool.submit(_ignore).result()  # until the worker is up, this process takes every item
+        _started(pool)  # until the worker is up, this process takes every item
         while True:
             taken = queue.take(ahead=bool(running))
             if taken is not None:
@@ -291,6 +291,18 @@ def _worker_lane(queue: _Queue[T, R], task: Callable[[T], R], pool: Executor, de
 
 def _ignore(*_: object) -> None:
     pass
+
+
+def _started(pool: Executor) -> None:
+    """Once `pool` has a worker up. A fork server that ended as it started (it had no room to import dlagg under an
+    address-space limit: dlagg/_forkserver.py) shows as its pipe closed: the out-of-memory error there."""
+    try:
+        pool.submit(_ignore).result()
+    except (EOFError, ConnectionError) as exc:
+        if address_space_limit() is None:
+            raise
+        raise MemoryError(f"the worker pool's fork server ended as it started ({exc!r}), under an address-space "
+                          "limit") from exc
 
 
 def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = None) -> WorkerLost | MemoryError:

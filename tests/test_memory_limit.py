@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from dlagg import limits
+from dlagg import limits, pool
 
 from .conftest import ROOT, recording
 
@@ -176,3 +176,29 @@ def _raised_from(cause: BaseException) -> BaseException:
 ], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
 def test_what_counts_as_out_of_memory(exc: BaseException, memory: bool) -> None:
     assert limits.is_out_of_memory(exc) is memory
+
+
+def test_a_fork_server_with_no_room_for_dlagg_is_the_one_line(tmp_path: Path, multi) -> None:  # noqa: ANN001
+    """The fork server of the rank pool imports dlagg's pipeline before it forks a worker; under an address-space
+    limit that import may be what runs out (one run in a scan of limits). Made certain here: a `sitecustomize` makes
+    that import fail with MemoryError in the server alone (the process that starts with the server's variable set),
+    under a limit far above what the run needs. The run says the out-of-memory line, with no traceback of the
+    server's."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import builtins, os\n"
+        f"if os.environ.get({pool.SERVER_PARENT!r}):\n"
+        "    real = builtins.__import__\n"
+        "    def refuse(name, globals=None, locals=None, fromlist=(), level=0):\n"
+        "        if 'pipeline' in (fromlist or ()) and (globals or {}).get('__name__') == 'dlagg._forkserver':\n"
+        "            raise MemoryError\n"
+        "        return real(name, globals, locals, fromlist, level)\n"
+        "    builtins.__import__ = refuse\n")
+    out, mib = tmp_path / "out", 64 << 10
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={export_path(DDP, multi)}",
+                           "--reports=summary", f"--output_path={out}", "--cache=false"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=HANG_S, preexec_fn=_limited(mib))
+    check_outcome(done, mib, out)
+    assert done.returncode == 1, done.stderr
