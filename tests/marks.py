@@ -1,4 +1,4 @@
-"""Parameters of a check over several recordings: the default run (the quick set) checks one, CI every one.
+"""Parameters of a check over several recordings or cases: the default run (the quick set) checks one, CI every one.
 
 pyproject.toml declares the marks; README ("Run the tests") says which run takes which.
 """
@@ -10,7 +10,10 @@ from collections.abc import Sequence
 import pytest
 
 
-def quick_on(keep: str, names: Sequence[str]) -> list:
-    """`names` as parameters, each but `keep` marked `recordings` (left out of the default run, run by CI)."""
-    assert keep in names, keep
-    return [name if name == keep else pytest.param(name, marks=pytest.mark.recordings) for name in names]
+def quick_on(keep: object, cases: Sequence[object], mark: pytest.MarkDecorator = pytest.mark.recordings) -> list:
+    """`cases` as parameters, each but `keep` marked `mark`: `recordings` (the same check on more recordings) or
+    `variants` (more cases of one check), left out of the default run and run by CI. A tuple case is the values of
+    several parameters."""
+    assert keep in cases, keep
+    return [case if case == keep else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=mark)
+            for case in cases]

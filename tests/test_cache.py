@@ -18,6 +18,7 @@ from dlagg import options
 from dlagg.reader import cache, load_profile
 
 from .conftest import dlagg, fixture_path, recording
+from .marks import quick_on
 
 NOTE = "dlagg: note:"
 
@@ -54,7 +55,7 @@ def kineto_two_ranks() -> str:
     return str(fixture_path("kineto/ddp2/truth_rank0.json", "Kineto fixture ddp2").parent / "rank*.pt.trace.json.gz")
 
 
-@pytest.mark.parametrize("which", ["resnet_amp", "kineto_ddp2", "nsys_ddp2"])
+@pytest.mark.parametrize("which", quick_on("resnet_amp", ["resnet_amp", "kineto_ddp2", "nsys_ddp2"]))
 def test_reports_are_the_same_bytes_with_and_without_the_cache(which: str, tmp_path: Path, capsys, multi) -> None:
     inputs = {"resnet_amp": lambda: str(recording("resnet_amp")), "kineto_ddp2": kineto_two_ranks,
               "nsys_ddp2": lambda: two_ranks_nsys(multi)}[which]()
@@ -115,7 +116,8 @@ def _another_file(entry: Path) -> None:
     (entry / cache.MANIFEST).write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("damage", [_truncate, _remove, _wrong_schema, _fewer_rows, _manifest, _another_file])
+@pytest.mark.parametrize("damage", quick_on(_truncate, [_truncate, _remove, _wrong_schema, _fewer_rows, _manifest,
+                                                     _another_file], pytest.mark.variants))
 def test_a_damaged_entry_is_one_note_and_read_again(damage, tmp_path: Path, capsys) -> None:
     export = str(recording("resnet_amp"))
     folder = tmp_path / "cache"

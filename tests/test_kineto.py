@@ -88,7 +88,7 @@ def test_the_reader_keeps_every_kernel_to_the_nanosecond(name: str) -> None:
         assert len(profile.memset) == sum(e.get("cat") == "gpu_memset" for e in events(path))
 
 
-@pytest.mark.parametrize("name", ["resnet_amp", "ddp2"])
+@pytest.mark.parametrize("name", quick_on("resnet_amp", ["resnet_amp", "ddp2"]))
 def test_kernel_report_totals_equal_the_json_sums(name: str, tmp_path: Path, capsys) -> None:
     """Every kernel launched in the iterations (up to the last ProfilerStep's end), summed over ranks."""
     code, _, err = dlagg(capsys, f"--trace={folder(name)}", "--reports=kernel", f"--output_path={tmp_path}")

@@ -25,6 +25,7 @@ from dlagg.reader import kineto, load_profile
 from dlagg.reader.discover import discover
 
 from .conftest import dlagg, fixture_path, recording
+from .marks import quick_on
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # What a CPU-only recording lacks: GPU work, the CUDA calls that launched it, and the flows joining them.
@@ -204,7 +205,10 @@ def test_unknown_categories_are_named_and_figures_stay(tmp_path: Path, capsys) -
     assert kernel_totals(load_profile(path)) == kernel_totals(reference())
 
 
-@pytest.mark.parametrize(("version", "warning"), [(None, None), (1, None), (2, "newer profiler")])
+SCHEMAS = [(None, None), (1, None), (2, "newer profiler")]
+
+
+@pytest.mark.parametrize(("version", "warning"), quick_on(SCHEMAS[-1], SCHEMAS, pytest.mark.variants))
 def test_schema_versions(version: int | None, warning: str | None, tmp_path: Path, capsys) -> None:
     data = trace()
     data.pop("schemaVersion")
