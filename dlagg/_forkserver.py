@@ -19,7 +19,7 @@ from .pool import SERVER_PARENT, die_with_parent
 
 SERVER_PID = os.getpid()  # what a worker forked from here checks its parent against (pool._start_worker)
 _parent = os.environ.pop(SERVER_PARENT, "")  # set by pool.start_early in dlagg's main thread; not for the workers
-if _parent.isdigit() and not die_with_parent(int(_parent)):  # first: before the imports (0.8 s)
+if _parent.isdigit() and not die_with_parent(int(_parent)):  # first: before the imports, the slow part
     os._exit(0)  # dlagg's process ended while this one started
 
 small_thread_stacks()  # the workers' threads, under an address-space limit (dlagg/__main__.py sets the parent's)

@@ -39,7 +39,7 @@ _SHUTTING_DOWN = threading.Lock()  # worker_lost's shutdown of a broken pool, on
 
 def pool_context() -> Any:
     """A fork server that has imported dlagg, else spawn (platforms without fork)."""
-    import multiprocessing  # here, not at the top: a run in one process never loads it (30 ms)
+    import multiprocessing  # here, not at the top: a run in one process never pays for loading it
 
     context: Any = multiprocessing.get_context("forkserver" if "forkserver" in
                                                multiprocessing.get_all_start_methods() else "spawn")
@@ -103,7 +103,7 @@ def die_with_parent(expected: int) -> bool:
     started by a thread that lasts as long as its process (a main thread, or a single-threaded fork server)."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes  # here: pool.py is imported before anything else (__main__), and ctypes costs 5 ms
+            import ctypes  # here: pool.py is imported before anything else (__main__), and ctypes is not free
 
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):  # no libc prctl: the watch (`watch_parent`) is left
