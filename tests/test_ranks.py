@@ -268,7 +268,7 @@ def test_ranks_reports_are_released_once_merged_and_the_job_reports_stay_the_sam
     kept = pipeline_run(replace(options, per_rank=True, output_path=tmp_path / "kept"))
     assert all(set(r.reports) == {b.name for b in result.reports} - {"ranks", "collectives"} for r in kept.ranks)
     files = sorted(p.name for p in tmp_path.glob("*.*"))
-    assert len(files) == 21  # 10 reports x (csv, json), and the expert systems' detail CSV
+    assert len(files) == 22  # 10 reports x (csv, json), the expert systems' detail CSV and the saved figures
     for name in files:
         assert (tmp_path / name).read_bytes() == (outputs[PER] / name).read_bytes(), name
 
@@ -282,7 +282,7 @@ def test_workers_and_a_dask_cluster_give_identical_reports(multi, tmp_path) -> N
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         assert main([*args, f"--scheduler={cluster.scheduler_address}", f"--output_path={tmp_path / 'dask'}"]) == 0
     expected = {p.name: p.read_bytes() for p in (tmp_path / "one").iterdir()}
-    assert len(expected) == 21  # 10 reports x (csv, json), and the expert systems' detail CSV
+    assert len(expected) == 22  # 10 reports x (csv, json), the expert systems' detail CSV and the saved figures
     for other in ("pool", "dask"):
         assert {p.name: p.read_bytes() for p in (tmp_path / other).iterdir()} == expected, other
 
@@ -678,7 +678,8 @@ def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(mul
         monkeypatch.setattr(job_module, "load_profile",
                             lambda path, process, n, seen=seen: seen.append(n) or load_profile(path, process, n))
         pipeline_run(Options(nsys_database=str(multi(PER)), reports=("ranks",), formats=("csv",), workers=workers,
-                             suppress_tb_files=True, output_path=tmp_path / str(workers), verbosity="quiet"))
+                             suppress_tb_files=True, output_path=tmp_path / str(workers), verbosity="quiet",
+                             cache=False))
     assert threads[1] == [4, 4] and threads[2] and set(threads[2]) == {3}, threads
 
 
