@@ -11,7 +11,8 @@ plus `PER_EXPORT_BYTE` bytes per byte of export, in address space.
 
 Contract: `room` is None when no limit is set (or on systems without ``resource``); `fits(n)` says
 whether a reservation of `n` bytes leaves room for the other reader threads' own; `needed` is the
-documented estimate; `out_of_memory` is the one line the CLI prints.
+documented estimate; `out_of_memory` is the one line the CLI prints; `js_engine_refused` says
+when vl-convert's JavaScript engine cannot start under the limit (it would abort the process).
 
 Memory, not address space, bounds how many ranks the processes of a local pool reduce at once:
 `available_memory()` is what this process and its children may still take (the system's available
@@ -46,6 +47,11 @@ BASE_BYTES = 320 << 20
 PER_EXPORT_BYTE = 2.0
 # A reservation may take this share of the room left at most: the reader threads reserve at once.
 RESERVATION_SHARE = 4
+# Room a query needs besides its batches: the SQLite driver allocates while it runs one (its page cache, the
+# statement, Arrow's builders, other reader threads' the same) and crashes on a refused allocation (SIGSEGV).
+# With less left, the read is out of memory before the driver starts: the scan of limits (tests/test_memory_limit.py)
+# crashed with half this and never with this.
+DRIVER_HEADROOM = 48 << 20
 # Resident memory of a process that reduces one rank, measured (benchmarks/bench_memory.py, bench_ranks.py;
 # docs/memory.md): 130-140 MB of interpreter and libraries, plus about one byte per byte of the rank's export
 # (1.0-1.05 on 155 MB and 622 MB exports), plus the figures the job's parent keeps per rank until the merge
@@ -92,6 +98,28 @@ def room() -> int | None:
     """Bytes of address space left under the limit (None: no limit)."""
     limit = address_space_limit()
     return None if limit is None else max(0, limit - address_space_used())
+
+
+# V8, the JavaScript engine inside vl-convert (the HTML page's Vega libraries, the roofline PNG), reserves 64 GiB of
+# address space when it starts and aborts the whole process, with no error to catch, when a limit refuses it.
+JS_ENGINE_RESERVATION = 65 << 30
+
+
+def js_engine_refused(what: str) -> str | None:
+    """None when the JavaScript engine can start under this process's address-space limit; else the warning saying
+    that `what` (the thing it would have made) is left out, and how to get it."""
+    left = room()
+    if left is None or left >= JS_ENGINE_RESERVATION:
+        return None
+    return (f"{what}: the JavaScript engine that draws them (V8, in vl-convert) reserves 64 GiB of address space "
+            f"when it starts, more than the address-space limit of {_mb(address_space_limit() or 0)} leaves "
+            "(ulimit -v / prlimit --as); run without the limit, or with one above 66 GB, to get them")
+
+
+def fits_driver() -> bool:
+    """Whether the SQLite driver may run a query: at least `DRIVER_HEADROOM` of room left (or no limit)."""
+    left = room()
+    return left is None or left >= DRIVER_HEADROOM
 
 
 def fits(nbytes: int) -> bool:

@@ -60,6 +60,7 @@ from .reports.roofline import build_alone
 from .saved import FIGURES, baseline_input, figures_report, saved_file
 from .writers import WRITERS, RunInfo
 from .writers.base import PieceWriter, RowsWriter
+from .writers.html_writer import charts_refused
 from .writers.staging import Staging, check_output_names, missing_folders, write_staged, write_staged_file
 
 if TYPE_CHECKING:
@@ -356,7 +357,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         names = resolve_reports(options.reports, several, _inputs(options))
         if names or baseline:
             _prepare_output(options, names, job, [*_comparison_targets(options), *_figures_targets(options, names)])
-        formats = _writers(options)
+        formats = _writers_warned(options, log)
         build = _to_build(options, names, formats, several, baseline is not None)
         workers = _ranks_pool(options, job, workers, worker_init, pools, log)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
@@ -388,6 +389,15 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                     rank.reports.update(zip(rank.reports, _loaded(list(rank.reports.values())), strict=True))
             written = writes.results(formats, names, before=pages.verdict)
     return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+
+
+def _writers_warned(options: Options, log: Log) -> list[str]:
+    """`_writers`, and the warning of an HTML page that will lack its charts, said before the page lists the run's
+    warnings."""
+    formats = _writers(options)
+    if "html" in formats and (undrawn := charts_refused()) is not None:
+        log.warn(undrawn)
+    return formats
 
 
 def _to_build(options: Options, names: list[str], formats: list[str], several: bool, baseline: bool) -> list[str]:

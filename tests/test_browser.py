@@ -15,6 +15,9 @@ the multi-rank views read the bundled fixtures/nsys-2022.4-multi recording (conf
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -435,5 +438,30 @@ def test_tensorboard_ranks_view(browser: Browser, tmp_path: Path, shots: Path, m
                                    ".map(c => c.title)")
             assert titles[0] == "Iteration time (ms) per rank"
             shoot(page, shots / "tensorboard_ranks.png")
+    finally:
+        page.close()
+
+
+def test_html_page_without_its_charting_libraries_says_so_in_place_of_each_chart(browser: Browser,
+                                                                                 tmp_path: Path) -> None:
+    """Under an address-space limit the charts' JavaScript engine cannot start under (docs/memory.md), the page is
+    written without the Vega libraries: it opens with no script error, and each chart's box says it is not drawn."""
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1500 << 20, 1500 << 20))
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={recording('resnet_amp')}",
+                           "--reports=all", "--formats=html", f"--output_path={out}"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, preexec_fn=limited,
+                          env={**os.environ, "DLAGG_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and "reserves 64 GiB" in done.stderr, done.stderr
+    page = browser.page()
+    try:
+        status = open_page(page, out / "dlagg_report.html")
+        assert status["errors"] == [] and page.errors() == []
+        assert status["charts"] and set(status["charts"].values()) == {"not drawn"}
+        notes = page.evaluate("Array.from(document.querySelectorAll('[data-chart] .chart-error'))"
+                              ".map(e => e.textContent)")
+        assert len(notes) == len(status["charts"]) and all("not drawn" in n for n in notes)
     finally:
         page.close()

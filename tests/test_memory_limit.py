@@ -28,7 +28,7 @@ import pytest
 
 from dlagg import limits, pool
 
-from .conftest import ROOT, recording
+from .conftest import ROOT, ncu_csv, recording
 
 HANG_S = 120
 MIB = 1 << 20
@@ -202,3 +202,24 @@ def test_a_fork_server_with_no_room_for_dlagg_is_the_one_line(tmp_path: Path, mu
                           text=True, cwd=ROOT, env=env, timeout=HANG_S, preexec_fn=_limited(mib))
     check_outcome(done, mib, out)
     assert done.returncode == 1, done.stderr
+
+
+def test_charts_are_left_out_when_their_engine_cannot_start(tmp_path: Path) -> None:
+    """vl-convert's JavaScript engine reserves 64 GiB of address space when it starts and aborts the process when a
+    limit refuses it: under a limit the run fits but the engine does not, the run succeeds without the charts (no
+    PNG, no roofline picture in TensorBoard or the page, a page without its charting libraries) and says so, once
+    for the roofline and once for the page, on stderr and in the page's warnings."""
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={recording(RESNET)}",
+                           f"--ncu_report={ncu_csv(RESNET)}", "--reports=all", "--formats=all", f"--output_path={out}"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=HANG_S, preexec_fn=_limited(1500),
+                          env={**os.environ, "DLAGG_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "reserves 64 GiB" in line]
+    assert [line.split(":")[2].strip() for line in said] == ["html", "roofline"], done.stderr
+    assert all(line.startswith("dlagg: warning: ") and "1,500 MB" in line for line in said), said
+    assert list(out.glob("*.png")) == [] and (out / "dlagg_roofline.csv").is_file()
+    page = (out / "dlagg_report.html").read_text(encoding="utf-8")
+    assert "data-chart" in page and page.count("reserves 64 GiB") == 2
+    after_notice = page.split("bundled by vl-convert", 1)[1].split("*/\n", 1)[1]
+    assert after_notice.startswith("</script>")  # the libraries' notice, and no libraries after it

@@ -290,6 +290,8 @@ class Database:
         limits.py), then the driver's default batches (a string column over 2 GiB).
         """
         attempts: list[int | None] = [None]
+        if not limits.fits_driver():  # the driver's own allocations refused are a SIGSEGV too
+            raise MemoryError(f"no address space left to run a query{what}")
         if rows is not None:
             batch = max(1, min(rows, MAX_BATCH_ROWS))
             if not limits.fits(batch * RESERVED_PER_ROW):

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..context import RankContext
+from ..limits import js_engine_refused
 from ..options import Options
 from ..roofline import (
     KernelMatch,
@@ -168,14 +169,16 @@ def roofline_report(roof: Roofline, match: KernelMatch | None, op_types: pd.Seri
     check = tc_disagreements(roof, kernels)
     times = "nsys times" if match is not None and match.matched else "ncu times"
     tables = [_table("kernels", "Roofline Report", kernels)]
-    images = [_image("kernels", f"{source}: roofline per kernel (ncu metrics, {times})", IMAGES[0], kernels, roof,
-                     "Kernel Name")]
-    warnings = list(roof.warnings)
+    undrawn = js_engine_refused("roofline: its pictures (PNG, TensorBoard, the HTML page's charts) are not drawn")
+    images = [] if undrawn else [_image("kernels", f"{source}: roofline per kernel (ncu metrics, {times})",
+                                        IMAGES[0], kernels, roof, "Kernel Name")]
+    warnings = [*roof.warnings, *([undrawn] if undrawn else [])]
     if op_types is not None:
         per_type = op_type_table(roof, op_types)
         tables.append(_table("op_types", "Roofline per Op Type", per_type))
-        images.append(_image("op_types", f"{source}: roofline per op type (ncu metrics, {times})", IMAGES[1],
-                             per_type, roof, "Op Type"))
+        if not undrawn:
+            images.append(_image("op_types", f"{source}: roofline per op type (ncu metrics, {times})", IMAGES[1],
+                                 per_type, roof, "Op Type"))
     else:
         empty = op_type_table(roof, pd.Series([""] * len(roof.kernels))).iloc[:0]
         tables.append(_table("op_types", "Roofline per Op Type", empty))

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
+from ..limits import js_engine_refused
 from ..options import cache_folder
 from ..reports.base import Report, one_per_cause
 from .base import RunInfo, atomic_write, writer
@@ -42,18 +43,34 @@ def _natural(text: str) -> list[int | str]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
+def _bundle_path() -> Path:
+    import vl_convert
+
+    return cache_folder() / f"vega-embed-bundle-vl-convert-{getattr(vl_convert, '__version__', 'unknown')}.js"
+
+
+def charts_refused() -> str | None:
+    """The warning of a page written without its charts: the Vega libraries are not in the cache and the engine
+    that builds them cannot start under this run's address-space limit (limits.js_engine_refused); else None."""
+    if _bundle_path().is_file():
+        return None
+    return js_engine_refused("html: the page's charts are not drawn (its tables are complete)")
+
+
 @functools.cache
 def vega_bundle() -> str:
     """The Vega, Vega-Lite and vega-embed JavaScript (globals vega, vegaLite, vegaEmbed), from the
-    user's cache when an earlier run built it."""
+    user's cache when an earlier run built it; empty when `charts_refused` (the page then says so in place of
+    each chart)."""
     import vl_convert
 
-    version = getattr(vl_convert, "__version__", "unknown")
-    path = cache_folder() / f"vega-embed-bundle-vl-convert-{version}.js"
+    path = _bundle_path()
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         pass
+    if js_engine_refused("") is not None:
+        return ""
     bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # its stub calls the optional snippet required
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -165,6 +165,14 @@
   const pending = [];
   document.querySelectorAll("[data-chart]").forEach(function (box) {
     const id = box.dataset.chart;
+    if (typeof window.vegaEmbed !== "function") {  // written without the Vega libraries: the run's warnings say why
+      status.charts[id] = "not drawn";
+      const message = document.createElement("div");
+      message.className = "chart-error";
+      message.textContent = "This chart is not drawn: the page was written without its charting libraries (see the warnings above).";
+      box.replaceChildren(message);
+      return;
+    }
     status.charts[id] = "pending";
     const options = {actions: {export: true, source: false, compiled: false, editor: false}, renderer: "canvas"};
     pending.push(window.vegaEmbed(box, data.charts[id], options).then(function (result) {
