@@ -333,9 +333,21 @@ def worker_lost(pool: Executor, doing: str, processes: dict[int, Any] | None = N
         how = f"exited with status {code}"
     why = (": most likely by the system's out-of-memory killer, dlagg's processes together needing more memory than "
            "the machine had" if code == -signal.SIGKILL else "")
+    if code == 1 and doing == "starting" and _unguarded_script():
+        return WorkerLost(f"a worker process {how} while {doing}: each worker process imports the script that "
+                          "called dlagg, which then calls it again; call dlagg under `if __name__ == \"__main__\":` "
+                          "in that script, or pass workers=1 (docs/api.md)")
     fewer = max(1, (pool_size(pool) + 1) // 2)
     return WorkerLost(f"a worker process {how} while {doing}{why}; rerun with fewer processes at once "
                       f"(--workers={fewer}) or on a machine with more memory (docs/memory.md)")
+
+
+def _unguarded_script() -> bool:
+    """Whether the program is a script of the user's (not the dlagg command): a worker process started from it
+    runs the script's top level again (multiprocessing's rule), which fails at once when that level calls dlagg."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return bool(getattr(main, "__file__", None)) and (spec is None or not spec.name.startswith("dlagg"))
 
 
 def _value(argv: Sequence[str], option: str) -> str | None:

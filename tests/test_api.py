@@ -213,3 +213,19 @@ def test_import_dlagg_stays_light() -> None:
     code = ("import sys, dlagg; assert 'pandas' not in sys.modules and 'dlagg.pipeline' not in sys.modules; "
             "from dlagg.api import analyze; assert dlagg.analyze is analyze; assert 'analyze' in dir(dlagg)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.processes
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    """Worker processes import the calling script again (multiprocessing): a script that calls analyze on several
+    ranks at its top level gets an error that says so and what to do, not "more memory"; with workers=1 it runs."""
+    script = tmp_path / "analyse.py"
+    for workers, ends in ((2, "WorkerLost"), (1, "ranks 2")):
+        script.write_text(f"import dlagg\na = dlagg.analyze({str(DDP2)!r}, workers={workers})\n"
+                          "print('ranks', len(a.rank_figures))\n")
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=120, env={**os.environ, "DLAGG_CACHE_DIR": str(tmp_path / "cache")})
+        said = (done.stderr if workers == 2 else done.stdout).strip().splitlines()[-1]
+        assert ends in said, done.stderr[-2000:]
+        if workers == 2:
+            assert '`if __name__ == "__main__":`' in said and "more memory" not in said
