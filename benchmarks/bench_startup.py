@@ -3,7 +3,8 @@
 Goals on a 2-core machine: --help and option errors under 0.15 s and without importing pandas, pyarrow or numpy; the
 smallest fixture's run (cuda_basic, --reports=summary) under 0.4 s. Each command is run REPEATS times as a fresh
 process (``python -m dlagg``, what the installed ``dlagg`` script runs), and the best wall time is printed with its
-ratio to the goal, next to the bare interpreter's start (``python -c pass``) for scale. Then, for each command that
+ratio to the goal, next to the bare interpreter's start (``python -c pass``) and the floor of any run (the libraries
+a run needs, imported alone) for scale. Then, for each command that
 ends before a run starts, the heavy modules its process imported (``python -X importtime``): none is the goal.
 
     python benchmarks/bench_startup.py [--repeats 5]
@@ -30,6 +31,8 @@ def commands(out: Path) -> dict[str, tuple[list[str], float | None]]:
     dlagg = ["-m", "dlagg"]
     return {
         "python -c pass": (["-c", "pass"], None),
+        # The floor of any run: the libraries it reads and reduces with, imported alone. A run cannot start faster.
+        "import pandas, pyarrow, numpy": (["-c", "import pandas, pyarrow, numpy"], None),
         "dlagg --help": ([*dlagg, "--help"], LIGHT_GOAL),
         "dlagg --version": ([*dlagg, "--version"], LIGHT_GOAL),
         "dlagg --output=x (unknown option)": ([*dlagg, "--output=x"], LIGHT_GOAL),
