@@ -1,4 +1,4 @@
-"""Cost of dropping rows from the NVTX columns (``dlagg/reader/sqlite.py``, ``_compact``), by rows dropped.
+"""Cost of dropping rows from the NVTX columns (``dlagg/reader/nsys.py``, ``_compact``), by rows dropped.
 
 The reader fills the NVTX columns over the table's row-id span and, at the end, drops the rows that held
 no usable range (domain rows, row-id gaps, damage). Up to ``FEW_GAPS`` dropped rows ``_compact`` moves the
@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dlagg.reader.sqlite import FEW_GAPS, _compact  # noqa: E402
+from dlagg.reader.nsys import FEW_GAPS, _compact  # noqa: E402
 
-# The columns the reader keeps per NVTX row, with their dtypes (reader/sqlite.py, _NvtxRead).
+# The columns the reader keeps per NVTX row, with their dtypes (reader/nsys.py, _NvtxRead).
 COLUMNS = {"start": np.int64, "end": np.int64, "global_tid": np.int64, "domain_id": np.int32,
            "crosses_thread": np.bool_, "row": np.int32, "text_id": np.int32, "seq": np.int32}
 

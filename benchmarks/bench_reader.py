@@ -42,7 +42,7 @@ def read(method: str, path: Path) -> int:
 
         if method == "fallback":
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-            from dlagg.reader.sqlite import Database
+            from dlagg.reader.database import Database
 
             db = Database(path)
             try:
@@ -51,7 +51,7 @@ def read(method: str, path: Path) -> int:
                 db.close()
         else:
             with adbc.connect(_uri(path)) as conn, conn.cursor() as cursor:
-                # one batch sized to the table (its row-id span), as dlagg/reader/sqlite.py asks
+                # one batch sized to the table (its row-id span), as dlagg/reader/database.py asks
                 cursor.execute("SELECT max(rowid) - min(rowid) + 1 FROM NVTX_EVENTS")
                 rows = max(1, int(cursor.fetchone()[0] or 1))
                 cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(rows)})

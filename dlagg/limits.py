@@ -5,7 +5,7 @@ Clusters run jobs under an address-space limit (``ulimit -v``, ``prlimit --as``,
 that enforce memory through ``RLIMIT_AS``). Under such a limit what counts is the virtual memory
 *reserved*, not the memory touched: a reservation the limit refuses fails at once, even when the
 pages would never have been used. dlagg's reader sizes the ADBC driver's reservations to the
-result (reader/sqlite.py) and asks `fits` before a large one. What a run needs was measured by
+result (reader/database.py) and asks `fits` before a large one. What a run needs was measured by
 ``benchmarks/bench_memory.py`` (docs/memory.md): about `BASE_BYTES` of interpreter and libraries
 plus `PER_EXPORT_BYTE` bytes per byte of export, in address space.
 

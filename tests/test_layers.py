@@ -4,8 +4,9 @@ cli -> {pipeline, record} -> saved -> compare -> {job, writers} -> reports -> ex
 -> {ops, roofline} -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
 is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
-writers import nothing below reports. No function is longer than MAX_FUNCTION_LINES lines unless its
-docstring says why ("Long because ...").
+writers import nothing below reports. No module uses another's private (underscore) names: what another
+module needs is public. No function is longer than MAX_FUNCTION_LINES lines unless its docstring says why
+("Long because ...").
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ def modules() -> dict[str, Path]:
     return {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def import_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` in `package` imports from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[:len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def imports_of(name: str, path: Path) -> set[str]:
     """The dlagg modules `name` imports, anywhere in its source."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -56,12 +66,7 @@ def imports_of(name: str, path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "dlagg")
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                target = ".".join([*base, node.module] if node.module else base)
-            else:
-                target = node.module or ""
+            target = import_target(node, package)
             if target.split(".")[0] != "dlagg":
                 continue
             found.add(target)
@@ -116,6 +121,76 @@ def test_package_init_modules_import_their_own_part_only() -> None:
         if path.name == "__init__.py" and name != "dlagg":
             for target in imports_of(name, path):
                 assert LAYERS[part(target)] <= LAYERS[part(name)], f"{name} imports {target}"
+
+
+def is_private(name: str) -> bool:
+    """A name no other module may use: one with a leading underscore (a dunder, ``__version__``, is public)."""
+    return name.startswith("_") and not name.endswith("__")
+
+
+def dotted(node: ast.expr, bound: dict[str, str]) -> str | None:
+    """``a.b.c`` as the dotted name it stands for, its first part resolved through `bound`; None for anything else."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = dotted(node.value, bound)
+        return None if owner is None else f"{owner}.{node.attr}"
+    return None
+
+
+def private_uses(name: str, source: str, package: bool, known: set[str]) -> list[str]:
+    """The private names of other dlagg modules that module `name` (a package's __init__ when `package`) uses in
+    `source`: ``from x import _y``, and ``x._y`` where ``x`` is a dlagg module it imported (``from . import x``,
+    ``import dlagg.x as x``, ``import dlagg.x``). `known`: the package's modules, a package as ``x.__init__``."""
+    def is_module(dotted_name: str) -> bool:
+        return dotted_name in known or f"{dotted_name}.__init__" in known
+
+    here = name if package else name.rpartition(".")[0]
+    tree = ast.parse(source)
+    found: list[str] = []
+    bound: dict[str, str] = {}  # a name in `source` -> the dlagg module it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "dlagg":  # `import dlagg.x` binds dlagg; `import dlagg.x as y`, y
+                    bound[alias.asname or "dlagg"] = alias.name if alias.asname else "dlagg"
+        elif isinstance(node, ast.ImportFrom):
+            target = import_target(node, here)
+            if target.split(".")[0] != "dlagg":
+                continue
+            for alias in node.names:
+                if is_private(alias.name):
+                    found.append(f"{name} line {node.lineno}: from {target} import {alias.name}")
+                elif is_module(f"{target}.{alias.name}"):
+                    bound[alias.asname or alias.name] = f"{target}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            owner = dotted(node.value, bound)
+            if owner is not None and owner != name and is_module(owner):
+                found.append(f"{name} line {node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """What a module uses of another is public: no ``from x import _y`` and no ``x._y`` on an imported module."""
+    known = set(modules())
+    found = [use for name, path in modules().items()
+             for use in private_uses(name, path.read_text(), path.name == "__init__.py", known)]
+    assert not found, "private names used by another module (make them public): " + "; ".join(found)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("from .database import Database, _uri\n", ["line 1: from dlagg.reader.database import _uri"]),
+    ("from . import database as db\ndb._uri(path)\n", ["line 2: dlagg.reader.database._uri"]),
+    ("import dlagg.reader.kineto\ndlagg.reader.kineto._Head\n", ["line 2: dlagg.reader.kineto._Head"]),
+    ("import dlagg.reader.database as d\nfrom .. import model\nd._head(p), model._x\n",
+     ["line 3: dlagg.reader.database._head", "line 3: dlagg.model._x"]),
+    ("from .. import __version__\nfrom . import nvtx as nv\nnv.NvtxDetails._x, self._lock, np._core\n", []),
+])
+def test_the_private_name_check_sees_both_forms(source: str, expected: list[str]) -> None:
+    """The check above finds what it looks for (and nothing else): a private name imported, or read off a module."""
+    found = private_uses("dlagg.reader.nvprof", source, False, set(modules()))
+    assert sorted(found) == sorted(f"dlagg.reader.nvprof {use}" for use in expected)
 
 
 def test_long_functions_say_why() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dlagg.reader.sqlite import NAME_BOUND, bounded_names
+from dlagg.reader.nsys import NAME_BOUND, bounded_names
 
 from .conftest import ROOT, recording
 

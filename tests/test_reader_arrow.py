@@ -126,7 +126,7 @@ def test_the_sqlite3_fallback_reads_a_column_that_changes_type_after_the_first_b
     """The fallback runs when both Arrow reads fail: the one-batch read (it fails for a string column
     over 2 GiB; here its batch is made 1024 rows, the driver's default) and the 1024-row batches, which
     fix each column's type from the first batch and reject a later value of another type."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.database as reader
 
     path = kernels_with(tmp_path, 2000, "4.5", row=1500)
     assert adbc_batches_fail(path, 1024) and not adbc_batches_fail(path, 4096)  # premise: as described
@@ -150,7 +150,7 @@ def test_only_the_drivers_refusals_take_the_slower_paths(tmp_path: Path, monkeyp
     """A refusal by the driver (its own error, Arrow's, or the OSError Arrow raises for a stream the driver broke
     off, as a type change mid-table does) sends the read down the next path, and the sqlite3 fallback then reads
     the table; anything else is a bug in dlagg and is raised as it is, never reported as a damaged file."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.database as reader
 
     path = kernels_with(tmp_path, 20, "4.5", row=7)
     refusals: list[int | None] = []
@@ -175,7 +175,7 @@ def test_only_the_drivers_refusals_take_the_slower_paths(tmp_path: Path, monkeyp
 def test_running_out_of_memory_in_the_driver_is_not_retried(tmp_path: Path, monkeypatch) -> None:
     """MemoryError (Arrow's ArrowMemoryError is one) reaches the caller, which says how much memory the run
     needs; a slower path would only need more."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.database as reader
 
     path = kernels_with(tmp_path, 20, "4.5", row=7)
     tried: list[int | None] = []
@@ -196,7 +196,7 @@ def test_running_out_of_memory_in_the_driver_is_not_retried(tmp_path: Path, monk
 def test_compacting_the_nvtx_columns_is_a_boolean_selection(monkeypatch, few_gaps: int, seed: int) -> None:
     """Both ways of dropping rows (block moves up to FEW_GAPS dropped rows, else a selection) give each column
     what numpy's boolean selection gives, whatever the runs: dropped rows first, last, in runs or alone."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.nsys as reader
 
     monkeypatch.setattr(reader, "FEW_GAPS", few_gaps)
     rng = np.random.default_rng(seed)
@@ -217,7 +217,7 @@ def test_text_in_a_numeric_column_drops_the_row_with_one_warning(tmp_path: Path,
                                                                  fallback: bool) -> None:
     """Text among integers: the row is dropped and counted (reader/validate.py), whichever read path
     meets it (one batch, or the sqlite3 fallback when 1024-row batches reject the type change)."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.database as reader
     from dlagg.cli import main
 
     path = kernels_with(tmp_path, 2000, "'7x'", row=1500)
@@ -233,7 +233,7 @@ def test_text_in_a_numeric_column_drops_the_row_with_one_warning(tmp_path: Path,
 
 def test_sliced_nvtx_read_equals_a_plain_read(tmp_path: Path, monkeypatch) -> None:
     """Many small slices, row-id holes, marks and domain rows between ranges: same ranges as SQL says."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.nsys as reader
 
     b = ExportBuilder()
     for k in range(40):
@@ -265,7 +265,7 @@ def test_threaded_nvtx_slices_above_100k_rows_equal_a_plain_read(tmp_path: Path,
     """Over 100,000 NVTX rows the reader cuts the table into one slice per read thread (at least):
     120,000 rows with marks, domain rows, registered names, emit_nvtx texts, open ranges and a hole
     across the slice bounds read as plain SQL reads them."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.nsys as reader
 
     b = ExportBuilder()
     b.launch(1, 2, 3, 4)
@@ -340,7 +340,7 @@ def damage_a_middle_page(path: Path, table: str) -> None:
 @pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS"])
 def test_damage_found_mid_read_is_one_line_and_exit_1(tmp_path: Path, capsys, monkeypatch, table: str) -> None:
     """The metadata reads fine; the error comes from a worker thread while it reads the table."""
-    import dlagg.reader.sqlite as reader
+    import dlagg.reader.nsys as reader
     from dlagg.cli import main
 
     b = ExportBuilder()

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model import Profile
+from .database import read_threads
 from .formats import format_of
-from .sqlite import read_threads
 
 
 def check_input(path: Path) -> None:

@@ -49,8 +49,8 @@ from ..model import Profile, ProfileMeta, StringTable
 from ..options import Options, cache_folder
 from . import kineto, load_profile
 from . import nvtx as nv
+from .database import READ_THREADS, Database
 from .integrity import PageCheck
-from .sqlite import READ_THREADS, Database
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
@@ -247,7 +247,7 @@ def write_entry(folder: Path, ident: dict[str, Any], profile: Profile) -> None:
         described: dict[str, Any] = {"kind": "none"}
     elif type(details) is nv.NvtxDetails:
         described = {"kind": "sqlite", "table": details.table, "text": details.text}
-    elif type(details) is kineto._Shapes:
+    elif type(details) is kineto.Shapes:
         described = {"kind": "shapes"}
         frames["shapes"] = pd.DataFrame({"shapes": details.shapes})
     else:
@@ -349,7 +349,7 @@ def read_entry(entry: Path, ident: dict[str, Any], path: Path, threads: int | No
         found: Any = nv.NvtxDetails(partial(Database, path.resolve()), details["table"], details["text"],
                                     threads or READ_THREADS)
     elif details["kind"] == "shapes":
-        found = kineto._Shapes(read_frame(entry / "shapes.parquet", stored["shapes"])["shapes"].array)
+        found = kineto.Shapes(read_frame(entry / "shapes.parquet", stored["shapes"])["shapes"].array)
     elif details["kind"] == "none":
         found = None
     else:

@@ -36,9 +36,10 @@ from ..errors import InputError
 from ..log import shown
 from ..model import Profile
 from . import schema
+from .database import Database
 from .formats import SQLITE, TRACE, format_of, sniffed
 from .kineto import probe_kineto
-from .sqlite import Database, file_late_events, session_start, stated_session, trusted_session
+from .nsys import file_late_events, session_start, stated_session, trusted_session
 
 # probe_all(probe, paths): probe(path) of every path, in their order (see `discover`)
 ProbeAll = Callable[[Callable[[Path], Any], list[Path]], list[Any]]

@@ -21,8 +21,9 @@ from ..errors import InputError
 from ..log import shown
 from ..model import Profile
 from . import kineto
+from .database import EXPORT_HINT, SQLITE_MAGIC, Database, check_file, check_input
+from .nsys import read_nsys
 from .nvprof import is_nvprof, read_nvprof
-from .sqlite import EXPORT_HINT, SQLITE_MAGIC, Database, check_file, check_input, read_nsys
 
 # Keys of a profiler trace's top level, one of which comes within its first bytes (a JSON file that has none,
 # such as the ground truth recorded beside the shared traces, is no trace).

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..log import shown
-from .sqlite import SQLITE_MAGIC
+from .database import SQLITE_MAGIC
 
 MESSAGES = 3  # quick_check's first lines quoted in the error: enough to tell the damage's kind
 

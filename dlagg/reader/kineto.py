@@ -605,7 +605,7 @@ def read_kineto(path: str | Path) -> Profile:
     )
     kernels = frames["kernels"]
     return Profile(strings=strings.table(), gpus=_gpus(head, kernels), meta=meta, nvtx_names=nvtx_names,
-                   nvtx_details=_Shapes(shapes), **frames)
+                   nvtx_details=Shapes(shapes), **frames)
 
 
 def _gpu_frame(kind: int, table: schema.Table, part: _Part, strings: _Strings, **values: np.ndarray) -> pd.DataFrame:
@@ -691,7 +691,7 @@ def _ranges(ops: _Part, notes: _Part, threads: _Threads, times: Callable[[_Part]
 
 
 @dataclass(frozen=True)
-class _Shapes:
+class Shapes:
     """Input shapes of the trace's ranges (``Input Dims``), by NVTX row: read with the events."""
 
     shapes: pd.Categorical
@@ -829,4 +829,4 @@ def sniff(path: Path) -> bytes:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
 
 
-__all__ = ["read_kineto", "probe_kineto", "is_trace", "sniff", "TraceHead", "Distributed"]
+__all__ = ["read_kineto", "probe_kineto", "is_trace", "sniff", "TraceHead", "Distributed", "Shapes"]

@@ -52,9 +52,11 @@ from ..model import TEXT, Profile, ProfileMeta, StringTable, factorize_ids
 from . import nvtx as nv
 from . import schema
 from .cupti import DRIVER_NAMES, RUNTIME_NAMES, api_name
+from .database import Database
 from .demangle import demangle, short_name
+from .frames import empty_frame, time_range
 from .schema import NO_ID, Column
-from .sqlite import Database, _as_numpy, _close_nvtx, _time_range, empty_frame
+from .validate import integers
 from .validate import texts as utf8_texts
 
 KERNEL_TABLES = ("CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", "CUPTI_ACTIVITY_KIND_KERNEL")
@@ -330,7 +332,7 @@ def read_nvprof(db: Database) -> Profile:
         "text_id": texts.text_id,
         "seq": texts.seq,
     })
-    start, end = _time_range({**out, "nvtx": nvtx})
+    start, end = time_range({**out, "nvtx": nvtx})
     out["nvtx"] = _close_nvtx(nvtx, end)
     meta = ProfileMeta(
         source=db.path.name,
@@ -470,6 +472,22 @@ class _Strings:
         values = pa.chunked_array(self.parts, type=pa.string())
         index = np.concatenate((self.ids, np.arange(self.next - (len(values) - len(self.ids)), self.next)))
         return StringTable(pd.Series(pd.array(values, dtype=TEXT), index=pd.Index(index, copy=False)))
+
+
+def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
+    """The column as numpy, unusable values and NULLs as the column's default (0 when required).
+
+    This reader does not check rows yet; the nsys reader drops such rows (``reader/nsys.py``, `frame_of`)."""
+    return integers(array, column.dtype, column.default).values
+
+
+def _close_nvtx(nvtx: pd.DataFrame, profile_end: int) -> pd.DataFrame:
+    """Ranges left open (NULL end) end with the profile."""
+    end = nvtx["end"].to_numpy()
+    open_range = end < nvtx["start"].to_numpy()
+    if not open_range.any():
+        return nvtx
+    return nvtx.assign(end=np.where(open_range, profile_end, end))
 
 
 def _gpus(db: Database, strings: _Strings) -> pd.DataFrame:

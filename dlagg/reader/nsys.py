@@ -1,70 +1,38 @@
 """Read an nsys SQLite export into a `Profile`, read-only, whatever the nsys version.
 
-Contract: ``load_profile(path) -> Profile``. The file is opened ``mode=ro&immutable=1``: nothing is
-written, no index or column is added (DLProf altered its input; dlagg never does). Event tables
-are read through the Arrow-native ADBC SQLite driver (see docs/design.md, "Reader"), with the
-standard ``sqlite3`` module as a fallback for the rare column whose values change type mid-table.
+Contract: ``read_nsys(db, process=None) -> Profile``, `db` the `Database` opened on the export
+(``reader/database.py``: read-only, Arrow reads through the ADBC SQLite driver; ``load_profile(path)`` opens
+it). Every table is checked as it is read (``reader/validate.py``).
 
-Memory is the budget that matters on big exports (peak under twice the file size): each query
-arrives as one Arrow batch whose numeric columns become numpy arrays *without a copy*, NULLs are
-filled on the Arrow side (``COALESCE`` in SQL made the driver half as fast), and NVTX text is cut
-and dictionary-encoded slice by slice as it is read (``reader/nvtx.py``). Tables and NVTX slices
-are read on worker threads, each with its own connection: SQLite, the driver and Arrow compute
-release the GIL.
+Memory is the budget that matters on big exports (peak under twice the file size): each table arrives as one
+Arrow batch whose numeric columns become numpy arrays *without a copy*, NULLs are filled on the Arrow side
+(``COALESCE`` in SQL made the driver half as fast), and NVTX text is cut and dictionary-encoded slice by slice
+as it is read (``reader/nvtx.py``). Tables and NVTX slices are read on worker threads, each with its own
+connection: SQLite, the driver and Arrow compute release the GIL.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sqlite3
-import stat
-import struct
-import sys
-import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from operator import itemgetter
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import limits
 from ..errors import InputError
 from ..log import shown
 from ..model import SYSTEM_INFO, TEXT, Profile, ProfileMeta, StringTable
 from . import nvtx as nv
 from . import schema
 from . import validate as va
+from .database import DAMAGED, READ_THREADS, Database
+from .frames import empty_frame, time_range
 from .schema import NO_ID, Column, Table
 
-try:
-    import fcntl
-except ImportError:  # not on Windows: a writer's lock is not looked for there
-    fcntl = None  # type: ignore[assignment]
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-# Rows per Arrow batch asked of the ADBC driver: the whole result in one batch, so columns arrive
-# contiguous and numeric ones become numpy arrays with no copy (the default of 1024-row batches
-# costs a concatenation per column and fragments the heap). The driver reserves this many rows of
-# every column up front (8 bytes and a validity bit each) before it reads a row, so the batch is
-# sized to the result (a row-id span, or a count), never to a fixed maximum: a reservation of
-# 2**30 rows per column was 8 GiB of address space per column, which any `ulimit -v` refused, and
-# the driver then freed buffers it had never set up (SIGSEGV). The driver's maximum is 2**31 - 2.
-MAX_BATCH_ROWS = 2**31 - 2
-# A table's row-id span is taken as its row count up to this; beyond it (a sparse or damaged row
-# id), the rows are counted.
-SPAN_TRUSTED = 1 << 24
-# Batches when the address-space room left cannot take a whole-result reservation (limits.py):
-# a concatenation per column then, but no reservation the limit refuses.
-SMALL_BATCH_ROWS = 1 << 16
-# Bytes the driver reserves per result row: 8 per column and a validity bit, for up to 16 columns.
-RESERVED_PER_ROW = 16 * 9
 # Bytes a name (a kernel's, an NVTX range's) may have in the reports; longer ones are shortened with a marker of
 # what was cut (`bounded_names`, docs/input.md).
 NAME_BOUND = 16384
@@ -74,321 +42,61 @@ NAME_BOUND = 16384
 NVTX_SLICE_ROWS = 1 << 18
 # NVTX row-id spans up to which the rows are taken as dense (columns preallocated over the span).
 NVTX_DENSE_SPAN = 1 << 20
-
-
-def read_threads(processes: int = 1) -> int:
-    """Threads for one file's reads while `processes` processes read files at once: the machine's cores shared
-    among them (more only adds memory and, where another process reads, takes turns on its core), at most 4."""
-    return max(1, min(4, limits.usable_cores() // max(1, processes)))
-
-
-READ_THREADS = read_threads()  # one process: as many slices of a big NVTX table as it has threads
 # Thread ids of one process: globalTid = globalPid + tid, tid < 2^24 (reference §2.3).
 PROCESS_THREADS = 1 << 24
-EXPORT_HINT = "export it first: nsys export --type sqlite --output run.sqlite {name}"
-DAMAGED = "{path}: cannot read the database ({exc}{what}); the file may be truncated or damaged: {again}"
-AGAIN = "export the nsys report again"  # what to do about a damaged file (nvprof databases: record again)
-WAL = ("{wal}: holds {size:,} bytes of changes that are not in {name} yet (an un-checkpointed write-ahead log), "
-       "and dlagg reads the main file only, read-only; copy both files elsewhere and fold the log into the copy: "
-       "cp {path} {wal} /tmp/ && sqlite3 /tmp/{name} 'PRAGMA wal_checkpoint'; then pass /tmp/{name}")
 
 
-JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # the header of a rollback journal that is hot (sqlite's pager.c)
-# The lock bytes of an SQLite file (os_unix.c): a writer holds RESERVED_BYTE (and more) while its transaction is open.
-PENDING_BYTE = 0x40000000
-RESERVED_BYTE = PENDING_BYTE + 1
-LIVE = ("{path}: is being written now (a process holds its write lock: an open transaction), and dlagg reads "
-        "committed data only; wait until the writer has finished (or stop it), then run dlagg again")
-HOT = ("{journal}: a hot rollback journal ({size:,} bytes): a writer was stopped mid-transaction, so {name} holds "
-       "changes that were never committed, and dlagg reads the main file only, read-only; copy both files "
-       "elsewhere and let sqlite roll the changes back in the copy: cp {path} {journal} /tmp/ && "
-       "sqlite3 /tmp/{name} 'PRAGMA quick_check'; then pass /tmp/{name}")
+def _missing(db: Database, table: Table, physical: str) -> list[str]:
+    """Columns `table` requires that `physical` lacks."""
+    present = set(db.columns(physical)) | {"rowid"}
+    return [c.source for c in table.required if c.source not in present]
 
 
-def _uri(path: Path) -> str:
-    return path.resolve().as_uri() + "?mode=ro&immutable=1"
+def _table_sql(db: Database, table: Table, physical: str, *, extra: str = "", where: str = "") -> str:
+    """SQL reading `table`'s declared columns from `physical`, plus `extra`; checks required columns."""
+    present = set(db.columns(physical)) | {"rowid"}
+    missing = _missing(db, table, physical)
+    if missing:
+        raise InputError(f"{shown(db.path)}: table {physical} lacks column(s) {', '.join(missing)}; "
+                         "this does not look like an nsys export")
+    select = [_select(column, present) for column in table.columns]
+    if extra:
+        select.append(extra)
+    return f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
 
 
-def check_file(path: Path) -> None:
-    """Refuse anything that is not a regular, non-empty file, with one line that says what to do.
+def _process_filter(db: Database, physical: str, process: int | None) -> str:
+    """SQL condition keeping one process's rows of `physical` ('' for all processes).
 
-    Only regular files (or symlinks to them) are opened: opening a FIFO would wait for a writer
-    forever, a device would be read without end.
+    GPU tables carry the process (``globalPid``); CPU-side tables the thread, whose process part
+    is the same number in the high bits: a process's threads are the ids [globalPid, globalPid +
+    2^24). A table without either column cannot be split and is read whole.
     """
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise InputError(f"{shown(path)}: no such file; pass the SQLite export of an nsys report with "
-                         "--nsys_database") from None
-    except OSError as exc:
-        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check the path and its "
-                         "permissions") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError(f"{shown(path)}: is a directory; pass the .sqlite file exported by nsys, not its folder")
-    if not stat.S_ISREG(info.st_mode):
-        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
-                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
-        raise InputError(f"{shown(path)}: is {kind}, not a file; dlagg reads a regular .sqlite file: save the export "
-                         "to a file first")
-    if not _head(path):
-        raise InputError(f"{shown(path)}: the file is empty; export the nsys report again")
-
-
-def _head(path: Path) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            return handle.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check its permissions") from None
-
-
-def check_input(path: Path) -> None:
-    """Refuse anything that is not a regular SQLite file, with one line that says what to do.
-
-    A non-empty ``-wal`` beside the file holds changes the main file lacks, which the read-only,
-    immutable open would silently ignore.
-    """
-    check_file(path)
-    if _head(path) != SQLITE_MAGIC:
-        if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-            raise InputError(f"{shown(path)}: is an Nsight Systems report, not its SQLite export; "
-                             + EXPORT_HINT.format(name=shown(path.name)))
-        raise InputError(f"{shown(path)}: is not an SQLite database; pass the file made by "
-                         "'nsys export --type sqlite'")
-    wal = path.with_name(path.name + "-wal")
-    try:
-        size = wal.stat().st_size if wal.exists() else 0
-    except OSError:
-        size = 0
-    if size > 0:
-        raise InputError(WAL.format(wal=shown(wal), size=size, name=shown(path.name), path=shown(path)))
-    if _write_locked(path):
-        raise InputError(LIVE.format(path=shown(path)))
-    journal = path.with_name(path.name + "-journal")
-    try:
-        with journal.open("rb") as handle:
-            header = handle.read(len(JOURNAL_MAGIC))
-        size = journal.stat().st_size
-    except OSError:  # none (the usual case), or unreadable: sqlite would not roll it back either
-        return
-    if header == JOURNAL_MAGIC:  # (a zeroed header, journal_mode=PERSIST's leftover, is no hot journal)
-        raise InputError(HOT.format(journal=shown(journal), size=size, name=shown(path.name), path=shown(path)))
-
-
-def _write_locked(path: Path) -> bool:
-    """Whether a process holds `path`'s write lock (SQLite's RESERVED byte, which every writer holds while its
-    transaction is open): one fcntl query, no lock taken. False where locks cannot be queried, and off Linux (the
-    layout of `struct flock` packed here is Linux's). Closing the descriptor drops this process's own POSIX locks on
-    the file, which dlagg's immutable connections never take."""
-    if fcntl is None or not sys.platform.startswith("linux"):
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, RESERVED_BYTE, 1, 0)
-        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
-        return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-class Database:
-    """A read-only view of one export: which tables and columns exist, and typed reads.
-
-    Metadata queries use one ``sqlite3`` connection; Arrow reads use one ADBC connection per
-    thread, so several threads can read at once.
-    """
-
-    def __init__(self, path: Path, threads: int | None = None) -> None:
-        check_input(path)
-        self.path = path
-        self.threads = threads or READ_THREADS  # that read it at once (`read_threads`)
-        self.again = AGAIN
-        self._local = threading.local()
-        self._adbc: list[object] = []
-        try:
-            self.conn = sqlite3.connect(_uri(path), uri=True, check_same_thread=False)
-            # nsys stores some strings that are not valid UTF-8 (environment blocks): keep them.
-            self.conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-            self.tables: dict[str, list[str] | None] = {  # table -> its columns, once asked for
-                name: None
-                for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            }
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(f"{shown(path)}: the SQLite file is damaged or truncated ({exc}); "
-                             "export the nsys report (or record the nvprof database) again") from None
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        """Close every connection (a second call does nothing)."""
-        self.conn.close()
-        while self._adbc:
-            self._adbc.pop().close()  # type: ignore[attr-defined]
-
-    def find(self, candidates: Iterable[str]) -> str | None:
-        return next((name for name in candidates if name in self.tables), None)
-
-    def columns(self, table: str) -> list[str]:
-        with self._lock:
-            columns = self.tables.get(table)
-            if columns is None:
-                try:
-                    columns = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
-                except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-                    raise InputError(DAMAGED.format(path=shown(self.path), what=f", table {table}", exc=exc,
-                                                    again=self.again)) from None
-                self.tables[table] = columns
-            return columns
-
-    def query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        # (SQLite types each value, not the column: an int, float, str, bytes or None)
-        try:
-            with self._lock:
-                return self.conn.execute(sql, params).fetchall()
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=shown(self.path), what="", exc=exc, again=self.again)) from None
-
-    def rows(self, table: str, where: str = "") -> int:
-        """An upper bound of the rows of `table` (its row-id span; counted when the span is huge)."""
-        clause = f" WHERE {where}" if where else ""
-        first = self.query(f'SELECT min(rowid) FROM "{table}"{clause}')[0][0]
-        if first is None:
-            return 0
-        last = self.query(f'SELECT max(rowid) FROM "{table}"{clause}')[0][0]
-        span = int(last) - int(first) + 1
-        if 0 < span <= SPAN_TRUSTED:
-            return span
-        return int(self.query(f'SELECT count(*) FROM "{table}"{clause}')[0][0])
-
-    def _adbc_table(self, sql: str, batch_rows: int | None) -> pa.Table:
-        conn = getattr(self._local, "adbc", None)
-        if conn is None:
-            import adbc_driver_sqlite.dbapi as adbc
-
-            conn = self._local.adbc = adbc.connect(_uri(self.path))
-            self._adbc.append(conn)
-        cursor = conn.cursor()
-        try:
-            if batch_rows is not None:
-                from adbc_driver_sqlite import StatementOptions
-
-                cursor.adbc_statement.set_options(**{StatementOptions.BATCH_ROWS.value: str(batch_rows)})
-            cursor.execute(sql)
-            return cursor.fetch_arrow_table()
-        finally:
-            cursor.close()
-
-    def arrow(self, sql: str, rows: int | None = None, what: str = "") -> pa.Table:
-        """Run `sql`, whose result has at most `rows` rows, and return an Arrow table (ADBC; sqlite3
-        fallback on type surprises). `what` (", table X") names the table in error messages.
-
-        One batch of `rows` first (when the address space left can take the driver's reservation,
-        limits.py), then the driver's default batches (a string column over 2 GiB).
-        """
-        attempts: list[int | None] = [None]
-        if not limits.fits_driver():  # the driver's own allocations refused are a SIGSEGV too
-            raise MemoryError(f"no address space left to run a query{what}")
-        if rows is not None:
-            batch = max(1, min(rows, MAX_BATCH_ROWS))
-            if not limits.fits(batch * RESERVED_PER_ROW):
-                batch = min(batch, SMALL_BATCH_ROWS)
-                if not limits.fits(batch * RESERVED_PER_ROW):  # a reservation the driver is refused is a SIGSEGV
-                    raise MemoryError(f"no address space left for a batch of {batch} rows{what}")
-            attempts.insert(0, batch)
-        from adbc_driver_manager import Error as DriverError  # (loaded with the driver: on first use)
-
-        for batch_rows in attempts:
-            try:
-                return self._adbc_table(sql, batch_rows)
-            except MemoryError:  # (Arrow's too) the caller says how much memory the run needs
-                raise
-            # The driver refused the result: its own errors, Arrow's, and the OSError Arrow raises for a
-            # stream the driver broke off (a type mismatch mid-table, a damaged page). Try the next path.
-            except (DriverError, pa.ArrowException, OSError):
-                continue
-        return self._sqlite3_table(sql, what)
-
-    def _sqlite3_table(self, sql: str, what: str) -> pa.Table:
-        """`sql` through the standard module: slow, but it takes any mix of value types in a column."""
-        conn = sqlite3.connect(_uri(self.path), uri=True)  # this thread's own: the fallback is rare
-        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
-        try:
-            cursor = conn.execute(sql)
-            names = [d[0] for d in cursor.description]
-            rows = cursor.fetchall()
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # (a damaged schema: undecodable text)
-            raise InputError(DAMAGED.format(path=shown(self.path), what=what, exc=exc, again=self.again)) from None
-        finally:
-            conn.close()
-        # The module has no columnar interface: a tuple per row is its cost. Columns are taken out of the
-        # rows by map(itemgetter) (no Python code runs per row; a list per column was 30 % slower). Measured
-        # on transformer_amp_large's 851 k NVTX rows (benchmarks/bench_reader.py, method "fallback", on 2
-        # loaded cores): 6.5-7.8 s, 2x the bare fetchall() and 3-4.5x the Arrow read, for a fallback that only a
-        # column changing type mid-table, beyond what one Arrow batch can hold, ever takes.
-        return pa.table({n: _column(list(map(itemgetter(i), rows))) for i, n in enumerate(names)})
-
-    def missing(self, table: Table, physical: str) -> list[str]:
-        """Columns `table` requires that `physical` lacks."""
-        present = set(self.columns(physical)) | {"rowid"}
-        return [c.source for c in table.required if c.source not in present]
-
-    def select(self, table: Table, physical: str, *, extra: str = "", where: str = "") -> str:
-        """SQL reading `table`'s declared columns from `physical`, plus `extra`; checks required columns."""
-        present = set(self.columns(physical)) | {"rowid"}
-        missing = self.missing(table, physical)
-        if missing:
-            raise InputError(f"{shown(self.path)}: table {physical} lacks column(s) {', '.join(missing)}; "
-                             "this does not look like an nsys export")
-        select = [_select(column, present) for column in table.columns]
-        if extra:
-            select.append(extra)
-        return f'SELECT {", ".join(select)} FROM "{physical}"' + (f" WHERE {where}" if where else "")
-
-    def process_filter(self, physical: str, process: int | None) -> str:
-        """SQL condition keeping one process's rows of `physical` ('' for all processes).
-
-        GPU tables carry the process (``globalPid``); CPU-side tables the thread, whose process part
-        is the same number in the high bits: a process's threads are the ids [globalPid, globalPid +
-        2^24). A table without either column cannot be split and is read whole.
-        """
-        if process is None:
-            return ""
-        present = set(self.columns(physical))
-        if "globalPid" in present:
-            return f'"globalPid" = {int(process)}'
-        if "globalTid" in present:
-            return f'"globalTid" >= {int(process)} AND "globalTid" < {int(process) + PROCESS_THREADS}'
+    if process is None:
         return ""
-
-    def read(self, table: Table, flaws: va.Flaws | None = None,
-             process: int | None = None) -> tuple[pd.DataFrame, str | None]:
-        """Read `table` with its declared dlagg columns and dtypes (empty frame if absent); all of it, or
-        one process's rows (`process`: its ``globalPid``).
-
-        Rows holding a value that is not an integer, or NULL in a required column, are dropped and
-        counted in `flaws`; a table without a column it requires is an `InputError` (`select`).
-        """
-        physical = self.find(table.sources)
-        if physical is None:
-            return empty_frame(table), None
-        flaws = flaws if flaws is not None else va.Flaws(self.path.name)
-        arrow = self.arrow(self.select(table, physical, where=self.process_filter(physical, process)),
-                           self.rows(physical), f", table {physical}")
-        return frame_of(arrow, table.columns, physical, flaws), physical
+    present = set(db.columns(physical))
+    if "globalPid" in present:
+        return f'"globalPid" = {int(process)}'
+    if "globalTid" in present:
+        return f'"globalTid" >= {int(process)} AND "globalTid" < {int(process) + PROCESS_THREADS}'
+    return ""
 
 
-def _column(values: list[object]) -> pa.Array:
-    """A column of Python values; one whose values mix types (text in an integer column) as text,
-    which the conversion to integers then marks (validate.integers)."""
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([v if v is None else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                         for v in values], type=pa.string())
+def _read_table(db: Database, table: Table, flaws: va.Flaws | None = None,
+                process: int | None = None) -> tuple[pd.DataFrame, str | None]:
+    """Read `table` with its declared dlagg columns and dtypes (empty frame if absent); all of it, or
+    one process's rows (`process`: its ``globalPid``).
+
+    Rows holding a value that is not an integer, or NULL in a required column, are dropped and
+    counted in `flaws`; a table without a column it requires is an `InputError` (`_table_sql`).
+    """
+    physical = db.find(table.sources)
+    if physical is None:
+        return empty_frame(table), None
+    flaws = flaws if flaws is not None else va.Flaws(db.path.name)
+    arrow = db.arrow(_table_sql(db, table, physical, where=_process_filter(db, physical, process)),
+                     db.rows(physical), f", table {physical}")
+    return frame_of(arrow, table.columns, physical, flaws), physical
 
 
 def frame_of(arrow: pa.Table, columns: Iterable[Column], physical: str = "",
@@ -433,10 +141,6 @@ def _select(column: Column, present: set[str]) -> str:
     return f'"{column.source}" AS {column.name}'
 
 
-def empty_frame(table: Table) -> pd.DataFrame:
-    return pd.DataFrame({c.name: np.empty(0, dtype=c.dtype) for c in table.columns})
-
-
 def _key_values(db: Database, candidates: Iterable[str]) -> dict[str, str]:
     physical = db.find(candidates)
     if physical is None:
@@ -476,7 +180,7 @@ def _gpus(db: Database, flaws: va.Flaws | None = None) -> pd.DataFrame:
 
     ``device_id`` is int64 (rows without a usable one are dropped and counted), ``name`` a string,
     the other columns nullable integers (``<NA>`` where the export has no usable value). A few rows: read in
-    Python (pandas took 4 ms a file).
+    Python rather than through pandas, whose fixed cost per call would outweigh them.
     """
     best: tuple[int, list[tuple[object, ...]], str, dict[str, str | None]] | None = None
     for physical in schema.GPU_TABLES:
@@ -563,7 +267,7 @@ class _NvtxRead:
                            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True) if hi > lo]
         # Every row is read: a WHERE on the event type costs SQLite more than reading the few
         # rows that are not ranges, which numpy drops.
-        self.sql = db.select(schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text")
+        self.sql = _table_sql(db, schema.NVTX, self.physical, extra=f"{nv.cut_sql(self.text)} AS text")
         # event types and end threads are only looked at here; the frame keeps what they say
         self.out = {c.name: np.empty(size, dtype=c.dtype) for c in schema.NVTX.columns
                     if c.name not in ("event_type", "end_global_tid")}
@@ -580,7 +284,7 @@ class _NvtxRead:
         Returns (offset, rows, the slice's names, NVTX domains created in the slice).
         """
         where = f"rowid >= {lo} AND rowid < {hi}"
-        own = self.db.process_filter(self.physical, self.process)  # type: ignore[arg-type]
+        own = _process_filter(self.db, self.physical, self.process)  # type: ignore[arg-type]
         where += f" AND {own}" if own else ""
         arrow = self.db.arrow(f"{self.sql} WHERE {where}", hi - lo, f", table {self.physical}")
         n = arrow.num_rows
@@ -761,7 +465,7 @@ def read_nsys(db: Database, process: int | None = None) -> Profile:
         with ThreadPoolExecutor(db.threads) as pool:
             # NVTX slices first: they are most of the work, the small tables fill in behind them
             slices = [pool.submit(nvtx.read_slice, lo, hi, offset) for lo, hi, offset in nvtx.slices]
-            tables = {t.name: pool.submit(db.read, t, flaws, process) for t in others}
+            tables = {t.name: pool.submit(_read_table, db, t, flaws, process) for t in others}
             string_ids = pool.submit(_string_ids, db, strings_table, flaws)
             meta_values = _key_values(db, schema.META_TABLES)
             env = {**_key_values(db, schema.SYSTEM_ENV_TABLES), **_system_info(db)}
@@ -822,7 +526,7 @@ def _checked_frames(frames: dict[str, pd.DataFrame], physical: dict[str, str], s
     profile's (start, end). `whole_file`: see `_session_bound`."""
     session_end = _session_bound(frames, stated, flaws, whole_file)
     frames = {name: _checked(name, frame, physical.get(name, ""), session_end, flaws) for name, frame in frames.items()}
-    start, end = _time_range(frames)
+    start, end = time_range(frames)
     frames["nvtx"] = va.nested_ranges(frames["nvtx"], end, flaws, physical.get("nvtx", ""))
     return frames, start, end
 
@@ -945,29 +649,4 @@ def _results(jobs: list) -> list:
     return [job.result() for job in jobs]
 
 
-def _close_nvtx(nvtx: pd.DataFrame, profile_end: int) -> pd.DataFrame:
-    """Ranges left open (NULL end) end with the profile."""
-    end = nvtx["end"].to_numpy()
-    open_range = end < nvtx["start"].to_numpy()
-    if not open_range.any():
-        return nvtx
-    return nvtx.assign(end=np.where(open_range, profile_end, end))
-
-
-def _time_range(frames: dict[str, pd.DataFrame]) -> tuple[int, int]:
-    starts = [f["start"].min() for f in frames.values() if len(f)]
-    ends = [f["end"].max() for f in frames.values() if len(f)]  # NULL ends read as -1: harmless here
-    if not starts:
-        return 0, 0
-    return int(min(starts)), int(max(max(ends), max(starts)))
-
-
-def _as_numpy(array: pa.ChunkedArray, column: Column) -> np.ndarray:
-    """The column as numpy, unusable values and NULLs as the column's default (0 when required).
-
-    For readers that do not check rows yet (reader/nvprof.py); the nsys reader drops such rows
-    (`frame_of`)."""
-    return va.integers(array, column.dtype, column.default).values
-
-
-__all__ = ["read_nsys", "read_threads", "Database", "check_file", "check_input", "NO_ID"]
+__all__ = ["read_nsys", "bounded_names", "file_late_events", "session_start", "stated_session", "trusted_session"]
