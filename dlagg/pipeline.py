@@ -306,7 +306,7 @@ def _ranks_pool(options: Options, job: Job, files_pool: ProcessPoolExecutor | No
 
 def _discovered(options: Options, paths: list[Path], workers: ProcessPoolExecutor | None, log: Log) -> Job:
     """The ranks of the files, said on stderr when there are several, with what the user should know of them."""
-    job = discover(paths, _probe_all(options, len(paths), workers))
+    job = discover(paths, _probe_all(options, len(paths), workers), (options.cache, options.cache_dir))
     for note in job.notes:
         log.warn(note)
     if len(job.sources) > 1 or job.files > 1:

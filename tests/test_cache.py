@@ -224,3 +224,37 @@ def test_pages_found_sound_are_not_checked_again_and_damaged_ones_always_are(tmp
                              f"--output_path={tmp_path / attempt}")
         assert code != 0 and "damaged" in err, err
     assert checked == [export.name] * 3 and len(list(folder.glob("*.sound"))) == 1
+
+
+def test_an_exports_ranks_are_probed_once_and_again_when_damaged_or_changed(tmp_path: Path, capsys, monkeypatch,
+                                                                            multi) -> None:
+    """Discovery's probe of an export (its queries scan the event tables) is kept beside the read: the next run on the
+    unchanged file asks the file nothing more; a damaged answer, or a changed file, is probed again."""
+    import sqlite3
+
+    from dlagg.reader import discover
+
+    export = tmp_path / "in" / "ddp2.sqlite"
+    export.parent.mkdir()
+    export.write_bytes((multi("ddp2_gpt_one_session") / "ddp2_gpt_one_session.sqlite").read_bytes())
+    folder = tmp_path / "cache"
+    quick = ("--workers=1", "--reports=summary")
+    first, _ = run(capsys, tmp_path, "first", str(export), f"--cache_dir={folder}", *quick)
+    [answer] = folder.glob("*.ranks.json")
+    stored = json.loads(answer.read_text(encoding="utf-8"))
+    with sqlite3.connect(export) as db:
+        pids = sorted(p for (p,) in db.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert sorted(pid for pid, _ in stored["processes"]) == pids and len(pids) == 2
+    probed: list[Path] = []
+    real = discover._probe_export
+    monkeypatch.setattr(discover, "_probe_export", lambda path: probed.append(path) or real(path))
+    again, _ = run(capsys, tmp_path, "again", str(export), f"--cache_dir={folder}", *quick)
+    assert again == first and probed == []
+    answer.write_text("{damaged", encoding="utf-8")
+    damaged, err = run(capsys, tmp_path, "damaged", str(export), f"--cache_dir={folder}", *quick)
+    assert damaged == first and probed == [export] and not notes(err)
+    assert json.loads(answer.read_text(encoding="utf-8")) == stored
+    stat = export.stat()
+    os.utime(export, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    changed, _ = run(capsys, tmp_path, "changed", str(export), f"--cache_dir={folder}", *quick)
+    assert changed == first and probed == [export, export] and len(list(folder.glob("*.ranks.json"))) == 2

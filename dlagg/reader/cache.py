@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from functools import cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -66,6 +66,7 @@ ROW_GROUP = 1 << 26
 # 2 gives callers the array itself, which they may write into.
 _COPY_COLUMNS = int(pd.__version__.split(".")[0]) < 3
 INDEX = "__index__"
+T = TypeVar("T")
 _noted_unwritable = False  # one note per process about a cache folder that cannot be written
 
 
@@ -190,6 +191,38 @@ def cached_profile(path: str | Path, process: int | None = None, threads: int | 
     profile = read(path, process, threads)
     store(root, entry, ident, profile, level)
     return profile
+
+
+def cached_answer(path: Path, kind: str, compute: Callable[[], dict[str, Any]], build: Callable[[dict[str, Any]], T],
+                  *, use: bool = True, folder: Path | str | None = None) -> T:
+    """`build(compute())`: `compute` gives a small JSON object about the file at `path` (what discovery learns of
+    it), kept as ``<key>.<kind>.json`` in the cache folder under the read's key (`identity`), so that a later call on
+    the unchanged file builds from it without computing. One that cannot be read or built from is computed again and
+    written over; a folder that cannot be written leaves it uncached (the read's entry says so, once)."""
+    if not use:
+        return build(compute())
+    root = cache_folder(folder)
+    try:
+        stored = root / f"{entry_name({**identity(path, None), 'kind': kind})}.{kind}.json"
+    except OSError:  # the file cannot be read: what computes the answer says why
+        return build(compute())
+    try:
+        return build(json.loads(stored.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError, IndexError):  # none yet, or damaged
+        pass
+    answer = compute()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{stored.name}.", dir=root)
+    except OSError:
+        return build(answer)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(answer, out)
+        os.replace(temporary, stored)
+    except OSError:  # a full disk: no half-written answer left
+        Path(temporary).unlink(missing_ok=True)
+    return build(answer)
 
 
 def _reason(exc: Exception) -> str:

@@ -36,6 +36,7 @@ from ..errors import InputError
 from ..log import shown
 from ..model import Profile
 from . import schema
+from .cache import cached_answer
 from .database import Database
 from .formats import SQLITE, TRACE, format_of, sniffed
 from .kineto import probe_kineto
@@ -224,11 +225,33 @@ def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int,
     return tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
 
 
-def _probe(path: Path, several: bool = True) -> _File:
+def _probe(path: Path, several: bool = True, cache: tuple[bool, Path | str | None] = (False, None)) -> _File:
     """What discovery needs of one file; `several`: one of a job's files (a trace's time span is then read, to
-    tell traces of other runs)."""
+    tell traces of other runs). `cache`: (use, folder) of the read cache, which keeps an export's answer (its
+    queries scan the event tables; a trace's probe reads its first bytes only)."""
     if format_of(path).name == TRACE:
         return _probe_trace(path, several)
+    use, folder = cache
+    return cached_answer(path, "ranks", partial(_answer, path), partial(_from_answer, path), use=use, folder=folder)
+
+
+def _answer(path: Path) -> dict[str, Any]:
+    """An export's probe as JSON (the cache's form)."""
+    found = _probe_export(path)
+    return {"processes": found.processes, "cuda_processes": found.cuda_processes, "host": found.host,
+            "env_ranks": found.env_ranks, "size": found.size, "digest": found.digest, "session": found.session}
+
+
+def _from_answer(path: Path, answer: dict[str, Any]) -> _File:
+    session = answer["session"]
+    return _File(path, tuple((int(pid), tuple(int(d) for d in devices)) for pid, devices in answer["processes"]),
+                 int(answer["cuda_processes"]), str(answer["host"]), tuple(int(r) for r in answer["env_ranks"]),
+                 int(answer["size"]), digest=str(answer["digest"]),
+                 session=None if session is None else (int(session[0]), int(session[1])))
+
+
+def _probe_export(path: Path) -> _File:
+    """What discovery needs of an nsys export or nvprof database."""
     db = Database(path)
     try:
         processes = _gpu_processes(db)
@@ -379,12 +402,13 @@ def _env_ranks(db: Database) -> tuple[int, ...]:
     return ()
 
 
-def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None) -> Job:
+def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None,
+             cache: tuple[bool, Path | str | None] = (False, None)) -> Job:
     """The ranks in `paths` (see the module docstring), numbered. `probe_all(probe, paths)` probes every file and
     gives the results in the order of `paths` (default: one after the other here; the pipeline shares them
-    with its process pool, `pool.shared_map`)."""
+    with its process pool, `pool.shared_map`). `cache`: (use, folder) of the read cache (reader/cache.py)."""
     ordered = [Path(p) for p in sorted(paths, key=_natural)]
-    probe = partial(_probe, several=len(ordered) > 1)
+    probe = partial(_probe, several=len(ordered) > 1, cache=cache)
     files: list[_File] = probe_all(probe, ordered) if probe_all is not None else [probe(p) for p in ordered]
     sources: list[tuple[Path, int | None, int, tuple[int, ...], str, int]] = []
     for f in files:
