@@ -22,13 +22,12 @@ from typing import Any
 
 import pandas as pd
 
-from .compare import COMPARE
 from .log import Log
 from .model import Iterations
 from .options import Baseline, Options
 from .pipeline import Result, run
 from .reports import REPORTS, Report
-from .reports.base import NCU, NSYS, RankFigures
+from .reports.base import BASELINE, NCU, NSYS, RankFigures, choices
 
 OPTION_NAMES = tuple(f.name for f in fields(Options))
 # Defaults that differ from the command line's: every report that applies, and warnings alone on stderr.
@@ -110,18 +109,18 @@ class Analysis:
 
     def _missing(self, name: str, canonical: str) -> str:
         """Why the report `name` is not there (a sentence), or that no such report exists."""
-        if canonical not in REPORTS and canonical != COMPARE:
-            known = ", ".join([*REPORTS, COMPARE])
+        if canonical not in choices():
+            known = ", ".join(choices())
             return f"{type(self).__name__} has no attribute or report {name!r}; the reports are {known}"
-        spec = REPORTS.get(canonical)
+        spec = REPORTS[canonical]
         source = Path(str(self.options.nsys_database or self.options.ncu_report)).name
-        if canonical == COMPARE:
+        if BASELINE in spec.inputs and self.options.baseline is None:
             why = "it compares with a baseline: pass baseline='before.sqlite' to analyze"
-        elif spec is not None and NCU in spec.inputs and self.options.ncu_report is None:
+        elif NCU in spec.inputs and self.options.ncu_report is None:
             why = "it needs Nsight Compute metrics: pass ncu_report='step.csv' to analyze (docs/roofline.md)"
-        elif spec is not None and NSYS in spec.inputs and self.options.nsys_database is None:
+        elif NSYS in spec.inputs and self.options.nsys_database is None:
             why = "it needs an nsys export or a PyTorch trace, and analyze was given an ncu report alone"
-        elif spec is not None and spec.only_with_ranks and len(self.result.ranks) < 2:
+        elif spec.only_with_ranks and len(self.result.ranks) < 2:
             why = (f"it relates several ranks and {source} holds one; pass reports=({canonical!r},) to build it for "
                    "one rank anyway")
         else:
@@ -208,6 +207,6 @@ def _spec(path: str | os.PathLike[str]) -> str | Path:
 
 def _canonical(name: str) -> str:
     """The registry name of report `name`, given by its --reports name or its file's (tensor_core -> tensor)."""
-    if name in REPORTS or name == COMPARE:
+    if name in choices():
         return name
-    return next((n for n, spec in REPORTS.items() if spec.file_suffix == name), name)
+    return next((n for n in choices() if REPORTS[n].file_suffix == name), name)

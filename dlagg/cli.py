@@ -226,8 +226,6 @@ def _reports_help() -> str:
     lines = ["reports (--reports=all or a comma list):"]
     for name, description in REPORT_DESCRIPTIONS.items():
         lines.append(f"  {name:<15} {description}")
-    compare = "With --baseline: every figure before and after, its change, and whether it is more than noise"
-    lines.append(f"  {'compare':<15} {compare}")
     lines += [
         "",
         "examples:",
@@ -385,7 +383,7 @@ BASELINE_OVERRIDES = ("key_node", "iter_start", "iter_stop", "domains", "profile
 
 
 def add_baseline_arguments(parser: argparse.ArgumentParser) -> None:
-    """Comparison with a baseline profile (dlagg/compare.py)."""
+    """Comparison with a baseline profile (dlagg/reports/compare.py, dlagg/baseline.py)."""
     group = parser.add_argument_group("comparing with a baseline (did my change help?)")
     add = group.add_argument
     add("--baseline", default=None, metavar="FILES",
@@ -558,8 +556,9 @@ def _finish(result: Result, options: Options, log: Log, args: argparse.Namespace
     for built in result.reports:
         if built.name == "expert_systems" and options.level >= NORMAL:  # like DLProf: findings on stdout
             print(feedback_text(built))
-    if result.comparison is not None and options.level >= MINIMAL:
-        print(f"Compared with the baseline: {result.comparison.verdict.text}")
+    comparison = result.comparison
+    if comparison is not None and options.level >= MINIMAL:
+        print(f"Compared with the baseline: {comparison.verdict.text}")
     failed = recorded.status if recorded is not None else 0  # the program's own failure is passed on
     if defaults:  # said once the run succeeded: a bad input stays one error line
         log.info(defaults)
@@ -573,8 +572,8 @@ def _finish(result: Result, options: Options, log: Log, args: argparse.Namespace
         log.result(f"the program exited with status {failed}, and so does dlagg (the files above cover what nsys "
                    "recorded)")
         return failed
-    if result.comparison is not None and args.fail_if_slower is not None:
-        verdict = result.comparison.verdict
+    if comparison is not None and args.fail_if_slower is not None:
+        verdict = comparison.verdict
         if verdict.slower_than(args.fail_if_slower):
             log.result(f"error: {100.0 * (verdict.ratio - 1.0):.1f}% slower than the baseline (significantly), more "
                        f"than --fail_if_slower={args.fail_if_slower:g}")

@@ -11,7 +11,8 @@ Contract:
   workers together, or on a Dask distributed cluster.
 - ``combine(ranks, job, names) -> dict[str, Report]`` is the small reduce: clocks aligned and
   collectives matched (``comm.match``), every report's ranks merged (its ``@merges`` function), and
-  the job reports built.
+  the job reports built, but those that read an input the run gives the job (``reports.base.GIVEN``: the
+  baseline of a comparison), which ``build_given`` builds once the run has read it.
 
 With one rank the job's reports are that rank's, unchanged.
 
@@ -47,7 +48,7 @@ from .reader import load_profile, read_threads
 from .reader.cache import cached_profile
 from .reader.discover import Job, RankSource, with_profile_facts
 from .reports import REPORTS, Report
-from .reports.base import JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
+from .reports.base import GIVEN, JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
 from .reports.roofline import tc_warning
 from .reports.summary import config_env
 from .timeline.correlate import KERNEL
@@ -427,8 +428,9 @@ def probe_on_dask(address: str, probe: Callable[[Path], Any], files: list[Path])
 
 
 def communication_needed(job: Job, names: Iterable[str]) -> bool:
-    """Whether ranks must reduce their communication: several ranks, or a job report was asked for."""
-    return len(job.sources) > 1 or any(REPORTS[n].scope == JOB for n in names)
+    """Whether ranks must reduce their communication: several ranks, or a job report relating ranks (ranks,
+    collectives) was asked for."""
+    return len(job.sources) > 1 or any(REPORTS[n].scope == JOB and REPORTS[n].only_with_ranks for n in names)
 
 
 def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
@@ -449,6 +451,8 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
         spec = REPORTS[name]
         deps = {dep: built[dep] for dep in spec.depends if dep in built}
         parts = [r.reports[name] for r in ranks if name in r.reports]
+        if spec.scope == JOB and spec.inputs & GIVEN:  # read later: `build_given`
+            continue
         if spec.scope == JOB:
             built[name] = spec.build(figures, deps)
         elif not parts:
@@ -465,6 +469,19 @@ def combine(ranks: Sequence[RankFigures], job: Job, names: Sequence[str],
         if on_report is not None:
             on_report(built[name])
     return figures, built
+
+
+def build_given(figures: JobFigures, names: Sequence[str], built: dict[str, Report]) -> list[Report]:
+    """The job reports among `names` (and their dependencies) that read an input the run gives the job
+    (``GIVEN``), built from `figures`, which now holds it (``JobFigures.given``), and the job's reports `built`
+    (by `combine`), and added to them; in build order."""
+    made = []
+    for name in build_order(names):
+        spec = REPORTS[name]
+        if spec.scope == JOB and spec.inputs & GIVEN and name not in built:
+            built[name] = spec.build(figures, {dep: built[dep] for dep in spec.depends if dep in built})
+            made.append(built[name])
+    return made
 
 
 def _subset(figures: JobFigures, name: str) -> JobFigures:

@@ -29,6 +29,7 @@ REPORT_DESCRIPTIONS = {
                    "last.",
     "roofline": "Per kernel and op type, from Nsight Compute: FLOPs, bytes, intensity, achieved rates, bound, % of "
                 "ceiling.",
+    "compare": "With --baseline: every figure before and after, its change, and whether it is more than noise",
 }
 FILE_FORMATS = ("csv", "html", "json")  # --formats besides all (TensorBoard is -b's business, PNGs the reports')
 

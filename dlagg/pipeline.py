@@ -27,12 +27,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from . import __version__
-from .compare import COMPARE, NEEDS, Comparison, Side, compare, reduce_side
+from .baseline import baseline_input, no_baseline, reduce_side, saved_file
 from .errors import OptionsError, OutputError
 from .job import (
+    build_given,
     collector_spared,
     combine,
     communication_needed,
@@ -54,12 +55,12 @@ from .reader.cache import usable as cache_usable
 from .reader.discover import Job, ProbeAll, discover, input_paths
 from .reader.integrity import PageCheck
 from .reports import REPORTS, Report
-from .reports.base import NCU, NSYS, JobFigures, RankFigures, one_per_cause
+from .reports.base import BASELINE, GIVEN, NCU, NSYS, JobFigures, RankFigures, choices, one_per_cause
+from .reports.compare import COMPARE, Comparison, comparison_of
 from .reports.figures import Table
 from .reports.roofline import build_alone
-from .saved import FIGURES, baseline_input, figures_report, saved_file
+from .reports.side import NEEDS, Side
 from .writers import WRITERS, RunInfo
-from .writers.base import PieceWriter, RowsWriter
 from .writers.html_writer import charts_refused
 from .writers.staging import Staging, check_output_names, missing_folders, write_staged, write_staged_file
 
@@ -70,8 +71,6 @@ if TYPE_CHECKING:
 TENSORBOARD = "tensorboard"
 # The pictures reports draw (PNG) are written with their reports, whatever --formats.
 IMAGES = "png"
-# The format whose runs also save the figures a later run compares with (--baseline=their folder: saved.py).
-SAVES = "json"
 ALL_FORMATS = "all"  # --formats=all: every file format
 # Threads writing reports while the next ones are built (the CI machine has two cores).
 WRITE_THREADS = 1
@@ -89,7 +88,11 @@ class Result:
     reports: tuple[Report, ...]
     written: tuple[Path, ...]
     warnings: tuple[str, ...]
-    comparison: Comparison | None = None  # with --baseline: the compare report (also in `reports`) and verdict
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """With --baseline: the compare report (in `reports`) and its verdict."""
+        return next((comparison_of(r) for r in self.reports if r.name == COMPARE), None)
 
     @property
     def iterations(self) -> Iterations:
@@ -100,24 +103,27 @@ class Result:
 
 def resolve_reports(requested: tuple[str, ...], several: bool = False,
                     inputs: frozenset[str] = frozenset({NSYS})) -> list[str]:
-    """The requested report names, in registry order; 'all' means every registered report that applies
+    """The requested report names, in registry order; 'all' means every report --reports takes that applies
     (the ranks and collectives reports when there are several ranks; those whose `inputs` were given:
-    the roofline report with an ncu report, the others with an nsys export)."""
-    names: set[str] = set()
+    the roofline report with an ncu report, the compare report with a baseline, the others with an nsys export).
+    A report written whenever its inputs are given (compare) is among them, asked for or not."""
+    choosable = choices()
+    names = {n for n, spec in REPORTS.items() if spec.always and spec.inputs <= inputs}
     lacking: list[str] = []
     for name in requested:
         if name == "all":
-            names.update(n for n, spec in REPORTS.items()
-                         if (several or not spec.only_with_ranks) and spec.inputs <= inputs)
-        elif name == COMPARE:  # written with --baseline (compare.baseline_job checks it is given)
-            continue
-        elif name in REPORTS and REPORTS[name].inputs <= inputs:
+            names.update(n for n in choosable if (several or not REPORTS[n].only_with_ranks)
+                         and REPORTS[n].inputs <= inputs)
+        elif name in choosable and REPORTS[name].inputs <= inputs:
             names.add(name)
-        elif name in REPORTS:
+        elif name in choosable:
             lacking.append(name)
-        else:
-            raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {', '.join(REPORTS)}")
+        else:  # (compare is told by --baseline's help)
+            listed = ", ".join(n for n in choosable if not REPORTS[n].always)
+            raise OptionsError(f"--reports: unknown report '{name}'; choose from all, {listed}")
     if lacking:
+        if any(BASELINE in REPORTS[n].inputs for n in lacking) and BASELINE not in inputs:
+            raise OptionsError(no_baseline(tuple(n for n in lacking if BASELINE in REPORTS[n].inputs)))
         if NSYS not in inputs:
             raise OptionsError(f"--reports: {', '.join(lacking)} need an nsys export: pass --nsys_database (with "
                                "--ncu_report alone dlagg writes the roofline report only)")
@@ -127,9 +133,10 @@ def resolve_reports(requested: tuple[str, ...], several: bool = False,
 
 
 def _inputs(options: Options) -> frozenset[str]:
-    """The inputs given: an nsys export, an ncu report."""
+    """The inputs given: an nsys export, an ncu report, a baseline."""
     return frozenset({*([NSYS] if options.nsys_database is not None else []),
-                      *([NCU] if options.ncu_report is not None else [])})
+                      *([NCU] if options.ncu_report is not None else []),
+                      *([BASELINE] if options.baseline is not None else [])})
 
 
 def _check_roofline_options(options: Options) -> None:
@@ -173,8 +180,8 @@ def check_outputs(options: Options) -> None:
     check_output_names(options)
     baseline_input(options)
     names = resolve_reports(options.reports, inputs=_inputs(options))
-    if names or options.baseline is not None:
-        _prepare_output(options, names, None, [*_comparison_targets(options), *_figures_targets(options, names)])
+    if names:
+        _prepare_output(options, names, None, _baseline_targets(options))
 
 
 def _check_output_folder(out: Path) -> None:
@@ -220,7 +227,8 @@ def _prepare_output(options: Options, names: list[str], job: Job | None, also: S
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
     targets = [p for fmt in _writers(options)
-               for p in WRITERS[fmt].targets(suffixes, _out_dir(options, fmt), options.profile_name)] + list(also)
+               for p in WRITERS[fmt].targets([*suffixes, *(REPORTS[n].file_suffix for n in _added(options, fmt))],
+                                             _out_dir(options, fmt), options.profile_name)] + list(also)
     if options.per_rank and job is not None and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
@@ -254,7 +262,7 @@ def _staging(options: Options, log: Log) -> Staging:
     """Where the run's outputs wait until every one is written, to be moved into place together."""
     return Staging(options.output_path, _out_dir(options, TENSORBOARD), options.profile_name, force=options.force,
                    events=TENSORBOARD in _writers(options),
-                   suffixes=[*(spec.file_suffix for spec in REPORTS.values()), COMPARE, FIGURES], log=log)
+                   suffixes=[spec.file_suffix for spec in REPORTS.values()], log=log)
 
 
 def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
@@ -355,10 +363,10 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         options = with_ncu_rank(options, job)
         several = len(job.sources) > 1
         names = resolve_reports(options.reports, several, _inputs(options))
-        if names or baseline:
-            _prepare_output(options, names, job, [*_comparison_targets(options), *_figures_targets(options, names)])
+        if names:
+            _prepare_output(options, names, job, _baseline_targets(options))
         formats = _writers_warned(options, log)
-        build = _to_build(options, names, formats, several, baseline is not None)
+        build = _to_build(options, names, formats, several)
         workers = _ranks_pool(options, job, workers, worker_init, pools, log)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
         staging = _staging(options, log)
@@ -366,21 +374,20 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init,
                                                            workers)
             info = _run_info(options, figures, names)
-            for name in names:
+            for name in build:  # those asked for, then those a writer adds (the saved figures)
                 if name in built and name not in written_early:
                     _submit_per_report(writes, formats, built[name], options, info)
-            _submit_figures(writes, options, names, figures, built, info)
-            comparison = None
-            if baseline is not None:  # the baseline reduced and compared; its event files written
-                comparison = _compare(baseline, options, Side(figures, built), writes, log, worker_init)
-                info = replace(info, reports=(*info.reports, COMPARE))
-                _submit_per_report(writes, formats, comparison.report, options, info)
+            if baseline is not None:  # the input of the compare report, read once the job's other reports are built
+                side = _baseline_side(baseline, options, writes, log, worker_init)
+                with log.stage(f"compared with the {'saved ' if side.saved is not None else ''}baseline"):
+                    given = build_given(replace(figures, given={BASELINE: side}), build, built)
+                for report in given:
+                    _submit_per_report(writes, formats, report, options, info)
             reports = [built[n] for n in names if n in built]  # in the order reports are listed in
-            warnings = _warn(log, ranks, reports, comparison)
+            warnings = _warn(log, ranks, reports)
             info = replace(info, warnings=tuple(dict.fromkeys(log.warnings)))  # the page: every warning said so far
-            reports += [comparison.report] if comparison else []
             if reports:
-                _submit_whole_job(writes, formats, built, names, comparison, options, info)
+                _submit_whole_job(writes, formats, built, names, options, info)
             if options.per_rank and several:
                 _submit_per_rank(writes, ranks, job, names, options)
             if keep_rows:  # read before the files go with the staging folder
@@ -388,7 +395,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
                 for rank in ranks:  # ranks, not events
                     rank.reports.update(zip(rank.reports, _loaded(list(rank.reports.values())), strict=True))
             written = writes.results(formats, names, before=pages.verdict)
-    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings), comparison)
+    return Result(job, tuple(ranks), tuple(reports), tuple(written), tuple(warnings))
 
 
 def _writers_warned(options: Options, log: Log) -> list[str]:
@@ -400,21 +407,21 @@ def _writers_warned(options: Options, log: Log) -> list[str]:
     return formats
 
 
-def _to_build(options: Options, names: list[str], formats: list[str], several: bool, baseline: bool) -> list[str]:
-    """The reports a run builds: those asked for, those its writers need, and those a comparison reads (of the
-    current profile with a baseline, of a baseline to come when the run saves its figures); none when the run
-    writes no report."""
-    if not names and not baseline:
+def _to_build(options: Options, names: list[str], formats: list[str], several: bool) -> list[str]:
+    """The reports a run builds: those asked for, those its writers need and those they add (a JSON run's saved
+    figures), and (by `build_order`) those these read; those that read an input given to the job (the comparison)
+    last, as they are built last. None when the run writes no report."""
+    if not names:
         return []
     needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
-    return list(dict.fromkeys([*names, *needed, *(NEEDS if baseline or _figures_targets(options, names) else ())]))
+    added = [n for fmt in formats for n in _added(options, fmt)]
+    return list(dict.fromkeys([*(n for n in names if not REPORTS[n].inputs & GIVEN), *needed, *added, *names]))
 
 
-def _submit_figures(writes: _Writes, options: Options, names: list[str], figures: JobFigures,
-                    built: dict[str, Report], info: RunInfo) -> None:
-    """A JSON run's saved figures: what a later run compares with (--baseline=this output folder: saved.py)."""
-    if _figures_targets(options, names):
-        writes.submit([SAVES], [figures_report(figures, built)], options.output_path, info)
+def _added(options: Options, fmt: str) -> list[str]:
+    """The reports the writer of `fmt` adds to those asked for (``Writer.adds``) whose inputs the run has: the saved
+    figures of a JSON run of an nsys export."""
+    return [n for n in WRITERS[fmt].adds if REPORTS[n].inputs <= _inputs(options)]
 
 
 def _loaded(reports: list[Report]) -> list[Report]:
@@ -462,32 +469,31 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
     return ranks, figures, built, submitted
 
 
-def _warn(log: Log, ranks: list[RankFigures], reports: list[Report], comparison: Comparison | None) -> list[str]:
-    """The job's warnings, one per cause (the ranks', the reports', the comparison's), each logged."""
-    warnings = one_per_cause([*(w for r in ranks for w in r.warnings), *(w for r in reports for w in r.warnings),
-                              *(comparison.report.warnings if comparison else ())])
+def _warn(log: Log, ranks: list[RankFigures], reports: list[Report]) -> list[str]:
+    """The job's warnings, one per cause (the ranks', then the reports'), each logged."""
+    warnings = one_per_cause([*(w for r in ranks for w in r.warnings), *(w for r in reports for w in r.warnings)])
     for warning in warnings:
         log.warn(warning)
     return warnings
 
 
 def _submit_whole_job(writes: _Writes, formats: list[str], built: dict[str, Report], names: list[str],
-                      comparison: Comparison | None, options: Options, info: RunInfo) -> None:
+                      options: Options, info: RunInfo) -> None:
     """The formats that write all reports at once (the HTML page): the reports asked for and those the format
-    needs, and the compare report."""
+    needs, in registry order."""
     for fmt in formats:
         if not WRITERS[fmt].per_report:
             given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-            writes.submit([fmt], given + ([comparison.report] if comparison else []), _out_dir(options, fmt), info,
-                          take_pieces=True)
+            writes.submit([fmt], given, _out_dir(options, fmt), info, take_pieces=True)
 
 
 def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names: list[str],
                      options: Options) -> None:
     """--per_rank: each rank's reports in its own folder (made in the staging folder when written)."""
     per_report = [fmt for fmt in options.formats if WRITERS[fmt].per_report]
+    listed = [n for n in names if not REPORTS[n].inputs & GIVEN]  # a comparison is the job's, no rank's
     for rank in ranks:  # ranks, not events
-        rank_info = replace(_run_info(options, JobFigures(job, (rank,), None), names), warnings=tuple(one_per_cause(
+        rank_info = replace(_run_info(options, JobFigures(job, (rank,), None), listed), warnings=tuple(one_per_cause(
             [*rank.warnings, *(w for n in names if n in rank.reports for w in rank.reports[n].warnings)])))
         folder = _rank_dir(options, rank.source.rank)
         for name in names:
@@ -499,48 +505,36 @@ def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names:
                 writes.submit([fmt], given, folder, rank_info)
 
 
-def _comparison_targets(options: Options) -> list[Path]:
-    """What --baseline writes besides the current profile's outputs: the compare report's files and the
-    baseline's TensorBoard run."""
+def _baseline_targets(options: Options) -> list[Path]:
+    """What reading a baseline export writes besides the reports: its TensorBoard run (saved figures have none)."""
     if options.baseline is None:
         return []
-    paths = [p for fmt in _writers(options) if WRITERS[fmt].per_report
-             for p in WRITERS[fmt].targets([COMPARE], _out_dir(options, fmt), options.profile_name)]
     if TENSORBOARD in _writers(options) and saved_file(options.baseline.nsys_database) is None:  # saved: no run
-        paths += WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
-    return paths
+        return WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
+    return []
 
 
-def _figures_targets(options: Options, names: list[str]) -> list[Path]:
-    """The saved figures (saved.py) a JSON run of an nsys export writes with its reports or its comparison."""
-    if SAVES not in options.formats or options.nsys_database is None or not (names or options.baseline is not None):
-        return []
-    return WRITERS[SAVES].targets([FIGURES], _out_dir(options, SAVES), options.profile_name)
-
-
-def _compare(baseline: tuple[Options, Job | Side], options: Options, current: Side, writes: _Writes, log: Log,
-             worker_init: Callable[[], None] | None) -> Comparison:
-    """The baseline job reduced like the current one and compared with it; its TensorBoard run submitted
-    (next to the current profile's, under the baseline's run name). A saved baseline is compared as it is: it holds
-    figures, not the reports a TensorBoard run shows, so it has none."""
+def _baseline_side(baseline: tuple[Options, Job | Side], options: Options, writes: _Writes, log: Log,
+                   worker_init: Callable[[], None] | None) -> Side:
+    """The baseline's figures (the compare report's input, reports/compare.py): a saved baseline as loaded; an
+    export reduced like the current profile, after it (its reports are written meanwhile), with its TensorBoard run
+    submitted (next to the current profile's, under the baseline's run name). A saved baseline holds figures, not
+    the reports a TensorBoard run shows, so it has none."""
     reads, job = baseline
     if isinstance(job, Side):
-        with log.stage("compared with the saved baseline"):
-            return compare(job, current)
+        return job
     several = len(job.sources) > 1
     needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
         if TENSORBOARD in _writers(options) else []
     names = tuple(dict.fromkeys([*NEEDS, *needed]))
     with log.stage(f"read the baseline ({job.describe()})"):
         side = reduce_side(reads, job, names, log=log, worker_init=worker_init)
-    with log.stage("compared with the baseline"):
-        comparison = compare(side, current)
     if needed:
         given = [side.reports[n] for n in REPORTS if n in side.reports]
         assert side.figures is not None  # reduced here, not saved
         info = _run_info(reads, side.figures, list(NEEDS))
         writes.submit([TENSORBOARD], given, _out_dir(options, TENSORBOARD), info)
-    return comparison
+    return side
 
 
 def _run_ncu_alone(options: Options, log: Log) -> Result:
@@ -574,12 +568,15 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
 
 def _submit_per_report(writes: _Writes, formats: list[str], report: Report, options: Options,
                        info: RunInfo) -> None:
-    """The report's files; and, when shown (asked for), its piece for each writer of every report at once that
-    makes pieces (TensorBoard's text dashboards: writers/base.py), which that writer's job then takes."""
-    pieces = [fmt for fmt in formats if not WRITERS[fmt].per_report and hasattr(WRITERS[fmt], "piece")
-              and report.name in info.reports]
-    writes.submit([fmt for fmt in formats if WRITERS[fmt].per_report], [report], options.output_path, info,
-                  make_pieces=pieces)
+    """The report's files: when asked for (in ``info.reports``), in every format written a file per report, else in
+    those whose writer adds it (``Writer.adds``: the saved figures); and, when asked for, its piece for each writer
+    of every report at once that makes pieces (TensorBoard's text dashboards: writers/base.py), which that writer's
+    job then takes."""
+    asked = report.name in info.reports
+    pieces = [fmt for fmt in formats if not WRITERS[fmt].per_report and WRITERS[fmt].makes_pieces and asked]
+    files = [fmt for fmt in formats if WRITERS[fmt].per_report and (asked or report.name in WRITERS[fmt].adds)]
+    if files or pieces:  # (a report built only for a writer of every report at once is given to it there)
+        writes.submit(files, [report], options.output_path, info, make_pieces=pieces)
 
 
 def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInfo:
@@ -672,13 +669,11 @@ class _Writes:
     def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, folder: Path, info: RunInfo) -> bool:
         """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued, their
         files in `folder` (`out_dir`'s in the staging folder)."""
-        writer = WRITERS[fmt]
-        if not self.lanes or len(reports) != 1 or not hasattr(writer, "rows"):
+        if not self.lanes or len(reports) != 1:
             return False
-        writer = cast(RowsWriter, writer)  # (it has the optional rows: above)
         report = reports[0]
         table = max(report.tables, key=len, default=None)
-        if table is None or len(table) <= 2 * PART_ROWS or not writer.writes_rows(table):
+        if table is None or len(table) <= 2 * PART_ROWS or not WRITERS[fmt].writes_rows(table):
             return False
         parts = []
         for first in range(0, len(table), PART_ROWS):
@@ -819,7 +814,7 @@ class _Writes:
         self.staging.commit()
         release_free_memory()
         order = {name: k for k, name in enumerate(REPORTS)}
-        done.sort(key=lambda d: order.get(d[1], len(order)))  # the compare report last
+        done.sort(key=lambda d: order.get(d[1], len(order)))  # registry order: saved figures, comparison last
         written: list[Path] = []
         for fmt in formats:
             paths = [path for f, _, finals, _ in done if f == fmt for path in finals]
@@ -847,7 +842,7 @@ def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Pat
         path.unlink(missing_ok=True)
     for fmt, path in (make or {}).items():
         began = time.perf_counter()
-        piece = cast(PieceWriter, WRITERS[fmt]).piece(reports[0])  # (`make` names writers with the optional piece)
+        piece = WRITERS[fmt].piece(reports[0])  # (`make` names writers that make pieces)
         write_staged_file(path, json.dumps(piece), out_dir, fmt)
         done.append((fmt, [], time.perf_counter() - began))
     return done
@@ -895,6 +890,5 @@ def _write_rows(rows: _Rows) -> _Outcome:
     own)."""
     began = time.perf_counter()
     rows = rows.alone()
-    writer = cast(RowsWriter, WRITERS[rows.fmt])  # (parts are made for writers with the optional rows only)
-    write_staged_file(rows.path, writer.rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
+    write_staged_file(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
     return [(rows.fmt, [], time.perf_counter() - began)]

@@ -92,7 +92,7 @@ def test_analyze_writes_nothing_with_tensorboard_on_by_default(tmp_path: Path,
     assert a.names == ("summary", "kernel")
     written = a.write(suppress_tb_files=True)
     assert sorted(p.name for p in written) == ["dlagg_figures.json", "dlagg_kernel.csv", "dlagg_kernel.json",
-                                               "dlagg_summary.csv", "dlagg_summary.json"]  # figures: saved.py
+                                               "dlagg_summary.csv", "dlagg_summary.json"]  # figures: reports/saved.py
     assert all(p.parent == Path("out") for p in written)
 
 

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlagg.compare import CONFIDENCE, Samples, bootstrap_ratio
+from dlagg.baseline import load
 from dlagg.options import Baseline, Options
 from dlagg.pipeline import run
+from dlagg.reports.compare import CONFIDENCE, Samples, bootstrap_ratio, compare, comparison_of
 from dlagg.reports.figures import NS, Field, Table
 
 from .builders import ExportBuilder
@@ -175,6 +176,14 @@ def test_resnet_outputs_and_tensorboard_runs_side_by_side(resnet: dict) -> None:
         assert np.mean(times) * 1e6 == pytest.approx(average, rel=F32_REL)
         texts = {tag.split("/page ")[0] for tag in acc.Tags()["tensors"]}  # long tables come in pages
         assert ("compare/Comparison" in texts) == (run_name == "dlagg")
+
+
+def test_resnet_verdict_read_back_from_the_report_is_the_comparisons(resnet: dict) -> None:
+    """``Result.comparison`` reads the verdict back from the compare report's tables: the verdict the comparison
+    made, figure for figure (the two profiles' saved figures, which the JSON runs of each wrote, compared again)."""
+    made = compare(*(load(own(resnet, p, "figures")) for p in ("resnet_fp32", "resnet_amp")))
+    assert comparison_of(made.report).verdict == made.verdict
+    assert resnet["result"].comparison.verdict == made.verdict
 
 
 # --- a profile compared with itself -------------------------------------------------------------

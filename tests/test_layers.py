@@ -1,12 +1,13 @@
 """The package's layering, checked from its source: imports only go down, and nothing hides a cycle.
 
-cli -> {pipeline, record} -> saved -> compare -> {job, writers} -> reports -> expert -> comm -> context
+cli -> {pipeline, record} -> baseline -> {job, writers} -> reports -> expert -> comm -> context
 -> {ops, roofline} -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
-is a cycle. The few modules every layer uses (errors, options, log, the version) sit at the bottom;
+is a cycle. The few modules every layer uses (errors, options, log, registry, the version) sit at the bottom;
 writers import nothing below reports. No module uses another's private (underscore) names: what another
 module needs is public. No function is longer than MAX_FUNCTION_LINES lines unless its docstring says why
 ("Long because ...").
+A package whose modules register things lists those modules in its ``MODULES`` (dlagg/registry.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
-    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "tuning": 0,
+    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "tuning": 0, "registry": 0,
     "model": 1,
     "reader": 2,
     "timeline": 3, "classify": 3,
@@ -30,8 +31,7 @@ LAYERS = {
     "expert": 7,
     "reports": 8,
     "job": 9, "writers": 9,
-    "compare": 10,  # two jobs' figures compared: reduces the baseline with job
-    "saved": 10,  # a saved baseline: the figures compare needs, written by a JSON run and read back
+    "baseline": 10,  # the compare report's baseline: an export reduced with job, or saved figures read back
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
     "api": 12,  # dlagg.analyze, the library face: runs the pipeline (the package re-exports it lazily, by name)
@@ -39,10 +39,12 @@ LAYERS = {
     "dask_preload": 12,  # what a Dask worker started for dlagg preloads (dask worker --preload)
 }
 # Parts a writer may import besides writers and reports: the bottom layer (limits: whether the HTML page's charting
-# engine can start under the run's address-space limit).
-WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "limits", "writers", "reports"}
+# engine can start under the run's address-space limit; registry: the writers' own).
+WRITER_MAY_IMPORT = {"__init__", "errors", "options", "log", "limits", "registry", "writers", "reports"}
 # Longest function (def line to last line) that needs no reason in its docstring.
 MAX_FUNCTION_LINES = 60
+# Packages whose modules register things, and the decorators that register them (dlagg/registry.py).
+REGISTERING = {"reports": ("report", "merges"), "writers": ("writer", "html_section"), "expert": ("detector",)}
 
 
 def modules() -> dict[str, Path]:
@@ -203,3 +205,21 @@ def test_long_functions_say_why() -> None:
                 if lines > MAX_FUNCTION_LINES and "Long because" not in (ast.get_docstring(node) or ""):
                     long.append(f"{name}.{node.name} ({lines} lines)")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines without a reason: " + ", ".join(long)
+
+
+@pytest.mark.parametrize("package", sorted(REGISTERING))
+def test_registering_modules_are_listed_in_their_package_modules(package: str) -> None:
+    """Every module of the package that registers something (a decorator of `REGISTERING` on a definition) is in
+    the package's ``MODULES``, and every module listed registers something: one rule for every registry."""
+    import importlib
+
+    listed = set(importlib.import_module(f"dlagg.{package}").MODULES)
+    registering = set()
+    for path in sorted((PACKAGE / package).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and any(
+                    isinstance(d, ast.Call) and getattr(d.func, "id", None) in REGISTERING[package]
+                    for d in node.decorator_list):
+                registering.add(path.stem)
+    assert registering == listed, f"dlagg/{package}/__init__.py MODULES: list {sorted(registering - listed)}, " \
+        f"drop {sorted(listed - registering)}"

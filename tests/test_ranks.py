@@ -388,9 +388,9 @@ def test_the_pool_makes_the_text_dashboards_with_the_reports_files(multi, tmp_pa
     writer = WRITERS["tensorboard"]
     taken: list[set[str]] = []
 
-    def write(reports, out_dir, info, pieces=None):
+    def write(reports, out_dir, info, rows=None, pieces=None):
         taken.append(set(pieces or ()))
-        return type(writer).write(writer, reports, out_dir, info, pieces=pieces)
+        return type(writer).write(writer, reports, out_dir, info, rows=rows, pieces=pieces)
 
     monkeypatch.setattr(writer, "write", write)  # the TensorBoard job runs in this process (it waits for pieces)
     args = [f"--nsys_database={multi(PER)}", "--reports=all", "--formats=csv,json", "-v", "quiet"]

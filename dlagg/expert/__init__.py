@@ -1,7 +1,8 @@
 """Expert systems: detectors that find what slows a training run, with evidence and a fix.
 
-Importing this package registers every detector; ``run_detectors(ctx)`` runs them. Adding a
-detector = one ``@detector``-decorated function in a module imported below.
+Importing this package registers every detector: the modules of `MODULES`, in the registry's order
+(``dlagg/registry.py``). ``run_detectors(ctx)`` runs them. Adding a detector = one ``@detector``-decorated
+function in a module listed there.
 """
 
 from __future__ import annotations
@@ -9,9 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from . import iterations, launch, memory, precision, utilisation  # noqa: F401  (registers detectors)
+from ..registry import load
 from .base import DETECTORS, MIN_STAKE_NS, Finding, MissingData, Outcome, finding_rank, severity_of
 from .facts import Facts
+
+# The modules that register detectors, in the registry's order (the order of the expert-systems report's
+# Detectors table; it breaks ties between findings). The modules they use (base, facts) are not listed.
+MODULES = ("iterations", "launch", "memory", "precision", "utilisation")
+
+load(__name__, MODULES, (DETECTORS, lambda fn: fn.__module__))
 
 if TYPE_CHECKING:
     from ..context import RankContext

@@ -1,12 +1,16 @@
 """Report values, the report registry, and the figures of ranks and jobs that reports are built from.
 
-Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder.
+Adding a report = adding one module in ``dlagg/reports/`` with one ``@report``-decorated builder, listed in
+``MODULES`` of ``reports/__init__.py`` (the registries' rule: ``dlagg/registry.py``).
 A rank report is built per rank, ``build(ctx, deps) -> Report``: `ctx` is the rank's `RankContext`,
 `deps` the reports it declared in ``depends`` (built first, by the runner). When a job has several
 ranks, the report's ``@merges`` function combines the ranks' reports into the job's (with its
 dependencies already combined). A job report (``scope=JOB``) is built once from every rank's
-figures: ``build(job, deps) -> Report``. The CLI's ``--reports`` choices and ``--help`` text come
-from the registry (first docstring line).
+figures: ``build(job, deps) -> Report``; one that reads an input besides the ranks' exports (`GIVEN`: the
+baseline of a comparison) finds it in ``job.given``, and is built once the run has read it, after the job's other
+reports. The CLI's ``--reports`` choices and ``--help`` text come from the registry (first docstring line); the
+registry's order (``reports/__init__.py``'s ``MODULES``) is that of ``--help``, of the files listed and of the
+TensorBoard dashboards.
 
 A report holds figures (``figures.Table``): exact values under stable keys. Formatting (titles,
 rounding, yes/no) belongs to the writers.
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +36,12 @@ if TYPE_CHECKING:
     from ..context import RankContext
 
 RANK, JOB = "rank", "job"  # report scopes
-NSYS, NCU = "nsys", "ncu"  # inputs a report needs: an nsys (or nvprof) export, an Nsight Compute raw CSV
+# Inputs a report needs: an nsys (or nvprof) export, an Nsight Compute raw CSV, a baseline to compare with
+# (--baseline: an export or saved figures).
+NSYS, NCU, BASELINE = "nsys", "ncu", "baseline"
+# Inputs a job report reads from `JobFigures.given` rather than from the ranks: read by the run once the job's other
+# reports are built (the baseline after the current profile, whose reports are written meanwhile).
+GIVEN = frozenset({BASELINE})
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,8 @@ class JobFigures:
     job: Job
     ranks: tuple[RankFigures, ...]  # ordered by rank
     matched: Matched | None  # None when no rank reduced its communication
+    # Inputs besides the ranks' exports (`GIVEN`) by name, once read: BASELINE -> the baseline's `reports.side.Side`.
+    given: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def offsets(self) -> dict[int, int]:
@@ -157,6 +168,11 @@ class ReportSpec:
     # File suffix of a second CSV holding the report's main table with every field (dlagg's columns too), for a
     # report whose DLProf file keeps DLProf's columns alone (the expert systems'): <profile_name>_<detail_csv>.csv.
     detail_csv: str = ""
+    # A --reports choice (listed by --help, picked by 'all'); False: built only for a writer that adds it
+    # (``Writer.adds``: the figures a JSON run saves for a later comparison).
+    choice: bool = True
+    # Written whenever its inputs are given, whether --reports names it or not (compare: with --baseline).
+    always: bool = False
 
 
 REPORTS: dict[str, ReportSpec] = {}
@@ -176,6 +192,8 @@ def report(
     images: Iterable[str] = (),
     spill: Iterable[str] = (),
     detail_csv: str = "",
+    choice: bool = True,
+    always: bool = False,
 ) -> Callable[[ReportBuilder], ReportBuilder]:
     """Register a report builder under `name`; its docstring's first line is the help text."""
 
@@ -185,11 +203,16 @@ def report(
         doc = inspect.getdoc(fn) or ""
         REPORTS[name] = ReportSpec(
             name, fn, doc.splitlines()[0] if doc else name, file_suffix or name, frozenset(requires), tuple(depends),
-            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images), tuple(spill), detail_csv,
+            bulk, scope, only_with_ranks, frozenset(inputs), tuple(images), tuple(spill), detail_csv, choice, always,
         )
         return fn
 
     return register
+
+
+def choices() -> list[str]:
+    """The reports --reports takes, in registry order."""
+    return [name for name, spec in REPORTS.items() if spec.choice]
 
 
 def merges(name: str) -> Callable[[Merger], Merger]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 from ..reports.base import Report
 
@@ -38,56 +38,68 @@ class RunInfo:
     warnings: tuple[str, ...] = ()
 
 
-class Writer(Protocol):
-    """`out_dir` is this writer's folder: --output_path, or <output_path>/<tb_dir> for TensorBoard."""
+class Writer:
+    """A writer of reports in one format: registered with ``@writer(name)``, which makes its one instance. What it can
+    do besides `targets` and `write` is declared below, with what a writer that does not do it has, so that a caller
+    asks, never probes.
 
-    name: str
+    `out_dir` is this writer's folder: --output_path, or <output_path>/<tb_dir> for TensorBoard."""
+
+    name: str = ""  # its --formats name (set by ``@writer``)
     # True: one file per report, so a report can be written alone as soon as it is built;
     # False: the writer needs every report of the run at once.
-    per_report: bool
+    per_report: bool = True
     # Reports the writer needs besides the requested ones (built for it, not written as files).
-    needs: tuple[str, ...]
+    needs: tuple[str, ...] = ()
+    # Reports the writer writes besides the requested ones, whenever the run writes reports and has their inputs
+    # (built for it, and written by it alone): JSON's saved figures (reports/saved.py), for a later --baseline.
+    adds: tuple[str, ...] = ()
+    # For a writer of every report at once (``per_report`` False) that renders each report on its own
+    # (TensorBoard's text dashboards): `piece` makes what it shows of one report beforehand (by the job that writes
+    # the report's files, while the next reports are built), and `write` takes those pieces.
+    makes_pieces: bool = False
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         """Every path `write` will create (checked for --force before anything is read)."""
-        ...
+        raise NotImplementedError
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]: ...
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
+        """`reports` written into `out_dir`; the paths written. `rows` (given only where `writes_rows` said yes):
+        table key -> files holding that table's rows, the texts of `rows` in order, to be taken in place of its
+        rows. `pieces` (given only to a writer that `makes_pieces`): report name -> its piece, made beforehand; the
+        writer makes those not given."""
+        raise NotImplementedError
 
-    # Optional: ``how_to_open(written) -> str | None``, one line telling how to look at what the writer
-    # wrote among the run's `written` paths (printed at the end of the run; see `how_to_open` below).
-    #
-    # Optional, for a writer whose file holds a table's rows one after the other (CSV, JSON), so that a big
-    # table can be formatted in parts by several processes (pipeline._Writes): ``writes_rows(table) -> bool``,
-    # whether its file has `table`'s rows; ``rows(table, info, last)``, the text of `table`'s rows alone (a
-    # table of some rows of the report's, `last`: they end it); and ``write(reports, out_dir, info, rows=)``
-    # taking `rows`, table key -> files holding that table's rows (those texts, in order).
-    #
-    # Optional, for a writer of every report at once (``per_report`` False) that renders each report on its own
-    # (TensorBoard's text dashboards): ``piece(report)``, what it makes of `report` alone (JSON-able), and
-    # ``write(reports, out_dir, info, pieces=)`` taking `pieces`, report name -> its piece, made beforehand (by
-    # the job that wrote the report's files, while the next reports were built); it makes those not given.
+    def writes_rows(self, table: Table) -> bool:
+        """Whether the writer's file holds `table`'s rows one after the other (CSV, JSON), so that a big table can
+        be formatted in parts by several processes (pipeline._Writes) with `rows`. No, unless a writer says so."""
+        return False
 
+    def rows(self, table: Table, info: RunInfo, last: bool) -> Iterable[memoryview]:
+        """The text of `table`'s rows alone (a table of some rows of the report's; `last`: they end it), for a
+        table `writes_rows` accepted."""
+        raise NotImplementedError(f"the {self.name} writer writes no table in parts")
 
-class RowsWriter(Writer, Protocol):
-    """A Writer with the optional ``writes_rows`` and ``rows`` (see Writer)."""
+    def piece(self, report: Report) -> dict[str, str]:
+        """What a writer that `makes_pieces` makes of `report` alone (JSON-able), for `write`'s `pieces`."""
+        raise NotImplementedError(f"the {self.name} writer makes no pieces")
 
-    def writes_rows(self, table: Table) -> bool: ...
-
-    def rows(self, table: Table, info: RunInfo, last: bool) -> Iterable[memoryview]: ...
-
-
-class PieceWriter(Writer, Protocol):
-    """A Writer with the optional ``piece`` (see Writer)."""
-
-    def piece(self, report: Report) -> dict[str, str]: ...
+    def how_to_open(self, written: Sequence[Path]) -> str | None:
+        """One line telling how to look at what the writer wrote among the run's `written` paths (printed at the
+        end of the run), None when it wrote none of them or there is nothing to tell."""
+        return None
 
 
 WRITERS: dict[str, Writer] = {}
+W = TypeVar("W", bound=Writer)
 
 
-def writer(name: str) -> Callable[[type], type]:
-    def register(cls: type) -> type:
+def writer(name: str) -> Callable[[type[W]], type[W]]:
+    """Register a `Writer` subclass under `name` (its --formats name): its one instance."""
+
+    def register(cls: type[W]) -> type[W]:
         if name in WRITERS:
             raise RuntimeError(f"duplicate writer {name!r}")
         instance = cls()
@@ -99,15 +111,9 @@ def writer(name: str) -> Callable[[type], type]:
 
 
 def how_to_open(written: Sequence[Path]) -> list[str]:
-    """A line per writer that says how to look at its outputs among `written` (writers with a
-    ``how_to_open`` method that recognise some of them)."""
-    lines = []
-    for registered in WRITERS.values():
-        opener = getattr(registered, "how_to_open", None)
-        line = opener(written) if opener is not None else None
-        if line:
-            lines.append(line)
-    return lines
+    """A line per writer that says how to look at its outputs among `written` (the writers that recognise some of
+    them)."""
+    return [line for registered in WRITERS.values() if (line := registered.how_to_open(written))]
 
 
 def written_line(written: Sequence[Path]) -> str:

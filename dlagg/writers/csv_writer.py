@@ -21,7 +21,7 @@ from pathlib import Path
 from ..reports import REPORTS
 from ..reports.base import Report
 from ..reports.figures import Field, Table
-from .base import RunInfo, atomic_write, report_path, writer
+from .base import RunInfo, Writer, atomic_write, report_path, writer
 from .cells import CSV, Cells, Style, csv_style
 
 # Rows formatted and written at a time: bounds the writer's memory (about 10 MB of text for the
@@ -77,12 +77,8 @@ def report_chunks(report: Report, style: Style = CSV,
 
 
 @writer("csv")
-class CsvWriter:
+class CsvWriter(Writer):
     """One CSV file per report, in DLProf's layout."""
-
-    name = "csv"
-    per_report = True
-    needs = ()
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         details = [spec.detail_csv for spec in REPORTS.values()
@@ -90,7 +86,8 @@ class CsvWriter:
         return [report_path(out_dir, profile_name, suffix, "csv") for suffix in (*file_suffixes, *details)]
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
-              rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
+              rows: Mapping[str, Sequence[Path]] | None = None,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "csv")

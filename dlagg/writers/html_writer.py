@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
 from ..limits import js_engine_refused
 from ..options import cache_folder
 from ..reports.base import Report, one_per_cause
-from .base import RunInfo, atomic_write, writer
+from .base import RunInfo, Writer, atomic_write, writer
 from .html_page import Page, body, escape, key_value_rows, render_sections
 from .html_sections import ORDER
 
@@ -141,17 +141,18 @@ def page_pieces(reports: Sequence[Report], info: RunInfo) -> Iterator[str]:
 
 
 @writer("html")
-class HtmlWriter:
+class HtmlWriter(Writer):
     """One self-contained HTML page with the reports' plots and tables."""
 
-    name = "html"
     per_report = False
     needs = ("summary", "kernel", "op_type", "tensor", "expert_systems", "ranks", "collectives")
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [out_dir / f"{profile_name}_{PAGE_SUFFIX}.html"]
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         path = out_dir / f"{info.profile_name}_{PAGE_SUFFIX}.html"
         atomic_write(path, page_pieces(reports, info))  # an OSError is named by the staging (writers/staging.py)
         return [path]

@@ -8,27 +8,25 @@ images writes nothing. ``targets`` lists the files a report's registry entry say
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..reports import REPORTS
 from ..reports.base import Report
-from .base import RunInfo, atomic_write, report_path, writer
+from .base import RunInfo, Writer, atomic_write, report_path, writer
 
 
 @writer("png")
-class ImageWriter:
+class ImageWriter(Writer):
     """One PNG file per image of a report."""
-
-    name = "png"
-    per_report = True
-    needs = ()
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, image, "png") for spec in REPORTS.values()
                 if spec.file_suffix in file_suffixes for image in spec.images]
 
-    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo) -> list[Path]:
+    def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         written = []
         for report in reports:
             for image in report.images:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..reports.base import Report
 from ..reports.figures import Table
-from .base import RunInfo, atomic_write, report_path, writer
+from .base import RunInfo, Writer, atomic_write, report_path, writer
 from .cells import JSON, Cells
 
 # Rows serialised and written at a time: bounds the writer's memory whatever the table size.
@@ -97,18 +97,17 @@ def report_chunks(report: Report, info: RunInfo,
 
 
 @writer("json")
-class JsonWriter:
+class JsonWriter(Writer):
     """One JSON file per report: metadata, then every table's fields (key, title, unit) and rows."""
 
-    name = "json"
-    per_report = True
-    needs = ()
+    adds = ("figures",)  # the figures a later run compares with (--baseline=this output folder)
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [report_path(out_dir, profile_name, suffix, "json") for suffix in file_suffixes]
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
-              rows: Mapping[str, Sequence[Path]] | None = None) -> list[Path]:
+              rows: Mapping[str, Sequence[Path]] | None = None,
+              pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         written = []
         for report in reports:
             path = report_path(out_dir, info.profile_name, report.file_suffix, "json")

@@ -472,14 +472,12 @@ class Staging:
 
 def write_staged(fmt: str, reports: Sequence[Report], staged: Path, out_dir: Path, info: RunInfo,
                  rows: Mapping[str, Sequence[Path]] | None = None,
-                 pieces: Mapping[str, object] | None = None) -> list[Path]:
+                 pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
     """``WRITERS[fmt].write`` into `staged` (`Staging.folder(out_dir)`), in this process or a worker process; an
     OSError is the output error that names `out_dir`. `rows`: a table's rows are in these files (CSV and JSON);
     `pieces`: report name -> the writer's piece of it, made beforehand (writers/base.py)."""
-    writer = WRITERS[fmt]
-    given = {"rows": rows} if rows else {"pieces": pieces} if pieces else {}  # (taken by the writers that can)
     try:
-        return writer.write(reports, staged, info, **given)
+        return WRITERS[fmt].write(reports, staged, info, rows=rows or None, pieces=pieces or None)
     except OSError as exc:
         raise output_error(exc, out_dir, f"the {fmt} outputs") from None
 

@@ -64,7 +64,7 @@ import pandas as pd
 from ..reports.base import Report, one_per_cause
 from ..reports.figures import Field, Table
 from ..reports.summary import PARTITION
-from .base import RunInfo, usual_permissions, writer
+from .base import RunInfo, Writer, usual_permissions, writer
 from .cells import Style, is_missing
 
 # Sub-runs (TensorBoard's runs are folders) for the iterations outside the aggregated range.
@@ -755,12 +755,12 @@ def _swap_in(built: Path, final: Path) -> None:
 
 
 @writer("tensorboard")
-class TensorboardWriter:
+class TensorboardWriter(Writer):
     """TensorBoard event files: per-iteration scalars, custom-scalars layout, Markdown report tables."""
 
-    name = "tensorboard"
     per_report = False
     needs = ("summary",)
+    makes_pieces = True
 
     def targets(self, file_suffixes: Sequence[str], out_dir: Path, profile_name: str) -> list[Path]:
         return [out_dir / profile_name]
@@ -771,6 +771,7 @@ class TensorboardWriter:
         return report_pieces(report)
 
     def write(self, reports: Sequence[Report], out_dir: Path, info: RunInfo,
+              rows: Mapping[str, Sequence[Path]] | None = None,
               pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         summary = next((r for r in reports if r.name == "summary"), None)
         if summary is None and not any(r.images for r in reports):

@@ -1,23 +1,23 @@
-"""Before and after: two profiles' figures compared, figure by figure, and a verdict.
+"""Report ``compare``: two profiles' figures compared, figure by figure, and a verdict (``--baseline``).
 
 Contract:
 
-- ``compare(baseline, current) -> Comparison`` is a pure function of the two sides' figures. A
-  `Side` is one job reduced exactly as ``pipeline.run`` reduces the current one (``job.map_ranks``
-  then ``job.combine``): its `JobFigures` and its combined reports, which must include `NEEDS`; or
-  a saved baseline (saved.py): its ranks' `RankFacts` and the tables of those reports it reads.
+- The report is a job report that reads an input besides the ranks' exports (``BASELINE``): the baseline's
+  `Side` (side.py), in ``job.given``, read by the run (``dlagg/baseline.py``: an export reduced exactly as the
+  current one, or saved figures); the current side is the job's figures and its reports ``NEEDS`` (and detail,
+  for the op-set warning). It is written whenever a baseline is given, asked for or not.
+- ``compare(baseline, current) -> Comparison`` is a pure function of the two sides' figures.
   Figures are joined by their stable keys (field keys, op types, long kernel names, detector
   names), never by display titles, so summary lines added or removed later simply appear or drop out.
-- ``Comparison.report`` is report ``compare``, an ordinary `Report` the writers render: its main
-  table has one row per compared figure (Section, Name, Baseline, Current, Delta, Delta %, Note in
-  the CSV; the row's stable Key and Unit in JSON), then three tables for JSON/HTML only: the
-  verdict's figures, the two profiles, and the iteration-time samples of both sides that the
-  verdict's interval is drawn from.
+- ``Comparison.report`` is the report: its main table has one row per compared figure (Section, Name,
+  Baseline, Current, Delta, Delta %, Note in the CSV; the row's stable Key and Unit in JSON), then three tables
+  for JSON/HTML only: the verdict's figures, the two profiles, and the iteration-time samples of both sides
+  that the verdict's interval is drawn from.
 - ``Comparison.verdict`` holds the per-iteration time before and after, their ratio with a 95 %
   bootstrap confidence interval from the per-iteration samples (the summary's ``iterations``
   table), the three op types whose GPU time changed most, the problems gone and new, and the
-  verdict's one-paragraph text.
-- ``reduce_side(options, log)`` reduces the baseline job (``Baseline.options``) to a `Side`.
+  verdict's one-paragraph text. ``comparison_of(report)`` reads it back from the report's tables (what
+  ``pipeline.Result.comparison`` gives).
 
 docs/compare.md defines every row and the statistics.
 """
@@ -25,25 +25,17 @@ docs/compare.md defines every row and the statistics.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
-from .errors import DlaggError, OptionsError
-from .job import combine, communication_needed, local_processes, map_ranks, rank_task
-from .log import Log
-from .options import Options
-from .reader import check_input
-from .reader.discover import Job, discover, input_paths
-from .reports import Report
-from .reports.base import JobFigures, RankFigures
-from .reports.figures import BYTES, COUNT, NS, PERCENT, Field, Table, key_values
+from .base import BASELINE, JOB, NSYS, JobFigures, Report, report
+from .figures import BYTES, COUNT, NS, PERCENT, Field, Table, key_values
+from .side import NEEDS, Side
 
 COMPARE = "compare"  # the report's name and file suffix
-NEEDS = ("summary", "op_type", "kernel", "expert_systems")  # reports each side is reduced to
-
 SUMMARY, OP_TYPES, KERNELS, FINDINGS = "Summary", "Op Types", "Kernels", "Findings"
 UNITS = (NS, PERCENT, COUNT, BYTES)  # a field with one of these units is a figure to compare
 APPEARED, DISAPPEARED = "appeared", "disappeared"
@@ -111,68 +103,6 @@ SAMPLE_FIELDS = (
     Field("ranks", "Ranks", COUNT),
     Field("iteration_time_ns", "Iteration Time (ns)", NS, digits=1),
 )
-
-
-@dataclass(frozen=True)
-class RankFacts:
-    """What a comparison reads of one rank besides its reports; a saved baseline (saved.py) keeps these instead of
-    the rank's figures."""
-
-    source: str  # the file name of its export
-    iterations: int  # aggregated iterations
-    key_node: str  # "(not found)" without one
-    gpus: tuple[str, ...]  # the name of every GPU it ran on (the export's GPUs when its devices are not known)
-    warnings: tuple[str, ...]
-
-    @classmethod
-    def of(cls, rank: RankFigures) -> RankFacts:
-        table = dict(zip(rank.gpus["device_id"].to_numpy().tolist(), rank.gpus["name"].astype(str), strict=True))
-        devices = rank.source.devices or tuple(table)
-        return cls(rank.source.path.name, rank.iterations.stop - rank.iterations.start + 1,
-                   rank.iterations.key_node or "(not found)",
-                   tuple(table.get(d, "") or "(unnamed GPU)" for d in devices), tuple(rank.warnings))
-
-
-@dataclass(frozen=True)
-class Side:
-    """One profile of a comparison: its job's figures and its reports (combined over its ranks). A saved
-    baseline (saved.py) has no job figures, only its ranks' facts (`saved`)."""
-
-    figures: JobFigures | None
-    reports: Mapping[str, Report]
-    saved: tuple[RankFacts, ...] | None = None
-
-    @property
-    def ranks(self) -> tuple[RankFacts, ...]:
-        if self.saved is not None:
-            return self.saved
-        assert self.figures is not None
-        return tuple(RankFacts.of(r) for r in self.figures.ranks)
-
-    @property
-    def source(self) -> str:
-        return ", ".join(dict.fromkeys(r.source for r in self.ranks))
-
-    @property
-    def iterations(self) -> int:
-        """Aggregated iterations, summed over ranks: per-iteration figures of several ranks are per rank."""
-        return sum(r.iterations for r in self.ranks)
-
-    @property
-    def key_nodes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.key_node for r in self.ranks))
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        """The name of every GPU the ranks ran on (the export's GPUs when the devices are not known)."""
-        return tuple(name for r in self.ranks for name in r.gpus)
-
-    def table(self, report: str, key: str) -> Table | None:
-        """A table of one of the side's reports, None when the report (or table) was not built."""
-        built = self.reports.get(report)
-        if built is None:
-            return None
-        return next((t for t in built.tables if t.key == key), None)
 
 
 @dataclass(frozen=True)
@@ -562,17 +492,26 @@ def verdict(baseline: Side, current: Side, b: Samples, c: Samples, op_types: pd.
         low, high = bootstrap_ratio(b, c)
     else:
         low = high = math.nan
+    draft = Verdict(b.mean, c.mean, ratio, low, high, (len(b.sums), len(c.sums)), _gpu(op_types),
+                    _contributors(op_types), gone, new, "")
+    return replace(draft, text=verdict_text(draft, baseline, current))
+
+
+def _contributors(op_types: pd.DataFrame) -> tuple[tuple[str, float], ...]:
+    """The CONTRIBUTORS op types whose GPU time per iteration changed most, largest change first, with their change;
+    `op_types`: the Op Types rows (`op_type_rows`), the total first."""
     items = op_types.iloc[1:]
     moved = items[items["delta"].notna() & (items["delta"] != 0)]
     order = np.argsort(-np.abs(moved["delta"].to_numpy(dtype=np.float64)), kind="stable")
-    contributors = tuple((str(n), float(d)) for n, d in zip(moved["name"].to_numpy()[order][:CONTRIBUTORS],
-                                                             moved["delta"].to_numpy()[order][:CONTRIBUTORS],
-                                                             strict=True))
+    return tuple((str(n), float(d)) for n, d in zip(moved["name"].to_numpy()[order][:CONTRIBUTORS],
+                                                    moved["delta"].to_numpy()[order][:CONTRIBUTORS], strict=True))
+
+
+def _gpu(op_types: pd.DataFrame) -> tuple[float, float]:
+    """Op GPU time per iteration, baseline and current (NaN without ops): the Op Types rows' total."""
     total = op_types.iloc[0]
-    gpu = tuple(float(total[k]) if _number(total[k]) else math.nan for k in ("baseline", "current"))
-    draft = Verdict(b.mean, c.mean, ratio, low, high, (len(b.sums), len(c.sums)), (gpu[0], gpu[1]), contributors,
-                    gone, new, "")
-    return replace(draft, text=verdict_text(draft, baseline, current))
+    baseline, current = (float(total[k]) if _number(total[k]) else math.nan for k in ("baseline", "current"))
+    return baseline, current
 
 
 def verdict_text(v: Verdict, baseline: Side, current: Side) -> str:
@@ -671,48 +610,32 @@ def compare(baseline: Side, current: Side) -> Comparison:
     return Comparison(report, judged)
 
 
+def comparison_of(report: Report) -> Comparison:
+    """The compare report and its verdict, read back from the report's tables: the verdict `compare` made, figure
+    for figure (its op types from the compare table's Op Types rows, its sample counts from the iterations
+    table)."""
+    values = report.table("verdict").values
+    rows = report.main.frame
+    op_types = rows[rows["section"].to_numpy() == OP_TYPES]
+    sides = report.table("iterations").frame["side"].to_numpy()
+
+    def listed(key: str) -> tuple[str, ...]:
+        return tuple(str(values[key]).split(", ")) if values[key] else ()
+
+    judged = Verdict(float(values["baseline_iteration_time_ns"]), float(values["current_iteration_time_ns"]),
+                     float(values["ratio"]), float(values["ratio_ci_low"]), float(values["ratio_ci_high"]),
+                     (int((sides == "baseline").sum()), int((sides == "current").sum())), _gpu(op_types),
+                     _contributors(op_types), listed("problems_gone"), listed("problems_new"), str(values["text"]))
+    return Comparison(report, judged)
+
+
+@report(COMPARE, scope=JOB, depends=(*NEEDS, "detail"), inputs=(NSYS, BASELINE), always=True)
+def build(job: JobFigures, deps: Mapping[str, Report]) -> Report:
+    """With --baseline: every figure before and after, its change, and whether it is more than noise"""
+    return compare(job.given[BASELINE], Side(job, deps)).report
+
+
 def _profile(name: str, side: Side, samples: Samples) -> dict[str, object]:
     return {"side": name, "source": side.source, "ranks": len(side.ranks), "gpus": _counted(side.gpus),
             "key_node": ", ".join(side.key_nodes), "aggregated_iterations": side.iterations,
             "iteration_time_avg_ns": samples.mean}
-
-
-# --- the baseline job -----------------------------------------------------------------------------
-
-def baseline_job(options: Options) -> tuple[Options, Job] | None:
-    """The baseline's options (the current ones with its overrides) and job, its files checked and its
-    ranks found before anything is read or written; None without --baseline."""
-    if options.baseline is None:
-        if COMPARE in options.reports:
-            raise OptionsError("--reports=compare compares with a baseline: pass --baseline=BEFORE (the profile "
-                               "to compare with)")
-        return None
-    if options.nsys_database is None:
-        raise OptionsError("--baseline compares two nsys exports: pass --nsys_database (the profile after the change)")
-    reads = options.baseline.options(options, NEEDS)
-    if reads.profile_name == options.profile_name:
-        raise OptionsError(f"--baseline_profile_name={reads.profile_name} is the current profile's name too: "
-                           "choose another, so that their TensorBoard runs do not overwrite each other")
-    try:
-        paths = input_paths(options.baseline.nsys_database)  # = reads.nsys_database
-        for path in paths:
-            check_input(path)
-        return reads, discover(paths)
-    except DlaggError as exc:
-        raise type(exc)(f"--baseline: {exc}") from None
-
-
-def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log | None = None,
-                worker_init: Callable[[], None] | None = None) -> Side:
-    """A job reduced to a `Side` as the pipeline reduces one: ranks mapped (in process when one), combined."""
-    log = log or Log(0)
-    several = len(job.sources) > 1
-    task = rank_task(options, names, communication_needed(job, names), several,
-                     processes=local_processes(options.workers, [s.share for s in job.sources]))
-    try:
-        ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
-                          log=log)
-    except DlaggError as exc:
-        raise type(exc)(f"--baseline: {exc}") from None
-    figures, built = combine(ranks, job, names, release=True)  # a side is its job's reports
-    return Side(figures, built)
