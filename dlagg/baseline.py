@@ -101,8 +101,8 @@ def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log 
                 worker_init: Callable[[], None] | None = None) -> Side:
     """A job reduced to a `Side` as the pipeline reduces one: ranks mapped (in process when one), combined."""
     log = log or Log(0)
-    several = len(job.sources) > 1
-    task = rank_task(options, names, communication_needed(job, names), several,
+    many_ranks = len(job.sources) > 1
+    task = rank_task(options, names, communication_needed(job, names), many_ranks,
                      processes=local_processes(options.workers, [s.share for s in job.sources]))
     try:
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,

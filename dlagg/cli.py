@@ -462,7 +462,7 @@ def with_default_reports(options: Options) -> tuple[Options, str]:
 def ignore_file_size_signal() -> None:
     """Past a file-size limit (ulimit -f) a write fails with EFBIG instead of SIGXFSZ killing the process (with
     a core dump and no message): the output error says which folder and what to do, and the previous outputs
-    stay (writers/staging.py). Set after the program run under nsys has ended: an ignored signal is inherited
+    stay (output/staging.py). Set after the program run under nsys has ended: an ignored signal is inherited
     across exec, and the program's own behaviour is not dlagg's to change."""
     if hasattr(signal, "SIGXFSZ"):
         try:

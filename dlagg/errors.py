@@ -43,7 +43,7 @@ class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM received by the ``dlagg`` command (`on_signal`, installed first thing in dlagg/__main__.py).
 
     A KeyboardInterrupt, so that SIGTERM unwinds a run exactly as Ctrl-C does: staged outputs removed, an output
-    commit that has begun finished (writers/staging.py), the pool shut down."""
+    commit that has begun finished (output/staging.py), the pool shut down."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

@@ -43,6 +43,7 @@ from .limits import available_memory, processes_that_fit, rank_memory, usable_co
 from .log import Log, peak_mb
 from .model import Iterations, Profile, share
 from .options import Options
+from .output.staging import output_error
 from .pool import pool_context, shared_map, start_early, worker_initializer
 from .reader import load_profile, read_threads
 from .reader.cache import cached_profile
@@ -54,7 +55,6 @@ from .reports.summary import config_env
 from .timeline.correlate import KERNEL
 from .timeline.iterations import detect_iterations, near_names
 from .tuning import slow_setup
-from .writers.staging import output_error
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -104,14 +104,14 @@ def outside_warning(ctx: RankContext) -> str | None:
             "range after it; evaluation or shutdown work may be left out)")
 
 
-def _rank_iterations(profile: Profile, options: Options, source: RankSource, several: bool,
+def _rank_iterations(profile: Profile, options: Options, source: RankSource, many_ranks: bool,
                      log: Log) -> tuple[Iterations, list[str]]:
     """The rank's iterations (key-node ranges), and its warnings so far: the export's own, a key node not
     found, fewer iterations than --iter_stop asks for (one rank of several)."""
-    where = f" ({source.path.name}, rank {source.rank})" if several else ""
+    where = f" ({source.path.name}, rank {source.rank})" if many_ranks else ""
     try:
         iterations = detect_iterations(profile, options.key_node, options.iter_start, options.iter_stop,
-                                       clamp=several)
+                                       clamp=many_ranks)
     except OptionsError as exc:
         raise OptionsError(f"{exc}{where}") from None
     warnings: list[str] = list(profile.meta.warnings)
@@ -119,7 +119,7 @@ def _rank_iterations(profile: Profile, options: Options, source: RankSource, sev
     missing = key_node_warning(iterations, len(profile.nvtx) > 0, near)
     if missing:
         warnings.append(f"{missing}{where}")
-    if several and options.iter_stop is not None and iterations.stop < options.iter_stop:
+    if many_ranks and options.iter_stop is not None and iterations.stop < options.iter_stop:
         warnings.append(f"rank {source.rank} ({source.path.name}) has {iterations.count} iterations: it aggregates "
                         f"{iterations.start} to {iterations.stop}, not to --iter_stop={options.iter_stop}")
     if iterations.found:
@@ -129,9 +129,9 @@ def _rank_iterations(profile: Profile, options: Options, source: RankSource, sev
 
 
 def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, comm: bool = False,
-                several: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
+                many_ranks: bool = False, on_report: Callable[[Report, RankFigures], None] | None = None,
                 log: Log | None = None, spill: Path | None = None, reader_threads: int | None = None) -> RankFigures:
-    """One rank's figures (see the module docstring). `several`: one rank of several, which may have
+    """One rank's figures (see the module docstring). `many_ranks`: one rank of several, which may have
     fewer iterations than asked for (--iter_stop stops at its last). `on_report` is called with each
     report as soon as it is built, and the rank's figures so far (its source, meta, GPUs and
     iterations): an in-process run writes the report while the next is built. `spill`: a folder where
@@ -147,8 +147,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
     log.detail(f"{len(profile.kernels):,} kernels, {len(profile.memcpy) + len(profile.memset):,} memory operations, "
                f"{len(profile.runtime):,} CUDA API calls, {len(profile.nvtx):,} NVTX events; "
                f"nsys {profile.meta.nsys_version or 'version unknown'}")
-    where = f" ({source.path.name}, rank {source.rank})" if several else ""
-    iterations, warnings = _rank_iterations(profile, options, source, several, log)
+    where = f" ({source.path.name}, rank {source.rank})" if many_ranks else ""
+    iterations, warnings = _rank_iterations(profile, options, source, many_ranks, log)
     ctx = RankContext(profile, iterations, options, rank=source.rank)
     iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
     if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
@@ -504,10 +504,10 @@ def with_ncu_rank(options: Options, job: Job) -> Options:
     return options
 
 
-def rank_task(options: Options, names: Sequence[str], comm: bool, several: bool, spill: Path | None = None,
+def rank_task(options: Options, names: Sequence[str], comm: bool, many_ranks: bool, spill: Path | None = None,
               processes: int = 1) -> Callable[[RankSource], RankFigures]:
     """`reduce_rank` with everything but the rank bound: picklable, for worker processes and Dask. `processes`: how
     many of this machine's processes reduce ranks at once (they share its cores for their reads); not used on Dask
     (--scheduler), whose workers read with their own machine's cores."""
-    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, several=several, spill=spill,
+    return partial(reduce_rank, options=options, names=tuple(names), comm=comm, many_ranks=many_ranks, spill=spill,
                    reader_threads=None if options.scheduler else read_threads(processes))

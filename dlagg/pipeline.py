@@ -15,14 +15,8 @@ with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
@@ -45,10 +39,21 @@ from .job import (
     reduce_rank,
     with_ncu_rank,
 )
-from .log import Log, release_free_memory
+from .log import Log
 from .model import Iterations
 from .options import Options
-from .pool import pool_size, shared_map, start_early, worker_lost
+from .output.folders import (
+    IMAGES,
+    TENSORBOARD,
+    check_output_folders,
+    out_dir,
+    rank_dir,
+    run_staging,
+    writer_formats,
+)
+from .output.staging import check_output_names
+from .output.writes import WRITE_THREADS, Writes
+from .pool import pool_size, shared_map, start_early
 from .reader import check_input
 from .reader.cache import checked_pages
 from .reader.cache import usable as cache_usable
@@ -57,28 +62,15 @@ from .reader.integrity import PageCheck
 from .reports import REPORTS, Report
 from .reports.base import BASELINE, GIVEN, NCU, NSYS, JobFigures, RankFigures, choices, one_per_cause
 from .reports.compare import COMPARE, Comparison, comparison_of
-from .reports.figures import Table
 from .reports.roofline import build_alone
 from .reports.side import NEEDS, Side
 from .writers import WRITERS, RunInfo
 from .writers.html_writer import charts_refused
-from .writers.staging import Staging, check_output_names, missing_folders, write_staged, write_staged_file
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
-# Event files are written whenever this writer is registered, unless --suppress_tb_files.
-TENSORBOARD = "tensorboard"
-# The pictures reports draw (PNG) are written with their reports, whatever --formats.
-IMAGES = "png"
 ALL_FORMATS = "all"  # --formats=all: every file format
-# Threads writing reports while the next ones are built (the CI machine has two cores).
-WRITE_THREADS = 1
-# Rows of a big table formatted by one job when the pool writes it in parts (_Writes): 16 of the writers' chunks,
-# about 6 MB of the iteration report's CSV; tables of up to twice this many rows are written whole.
-PART_ROWS = 1 << 16
-
-_Outcome = list[tuple[str, list[Path], float]]  # a writer job's: per format, the paths written and the time taken
 
 
 @dataclass(frozen=True)
@@ -101,7 +93,7 @@ class Result:
         return self.ranks[0].iterations
 
 
-def resolve_reports(requested: tuple[str, ...], several: bool = False,
+def resolve_reports(requested: tuple[str, ...], many_ranks: bool = False,
                     inputs: frozenset[str] = frozenset({NSYS})) -> list[str]:
     """The requested report names, in registry order; 'all' means every report --reports takes that applies
     (the ranks and collectives reports when there are several ranks; those whose `inputs` were given:
@@ -112,7 +104,7 @@ def resolve_reports(requested: tuple[str, ...], several: bool = False,
     lacking: list[str] = []
     for name in requested:
         if name == "all":
-            names.update(n for n in choosable if (several or not REPORTS[n].only_with_ranks)
+            names.update(n for n in choosable if (many_ranks or not REPORTS[n].only_with_ranks)
                          and REPORTS[n].inputs <= inputs)
         elif name in choosable and REPORTS[name].inputs <= inputs:
             names.add(name)
@@ -184,85 +176,22 @@ def check_outputs(options: Options) -> None:
         _prepare_output(options, names, None, _baseline_targets(options))
 
 
-def _check_output_folder(out: Path) -> None:
-    """That --output_path is a writable folder or can be made one; it is not made here but by the run's first write
-    (writers/staging.py), so that a run that fails before then leaves no folder behind. Writable is tried, not
-    looked up: a folder made and removed at once, where the outputs' folder is or would be made (permission bits
-    say nothing for root, a read-only mount, an immutable folder, /sys or /proc)."""
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{out}: --output_path is a file, not a folder; pass a folder")
-    if out.is_dir():
-        cause = _not_writable(out)
-        if cause:
-            raise OutputError(f"{out}: the output folder is not writable ({cause}); choose another --output_path")
-        return
-    above = missing_folders(out)[-1].parent  # the nearest folder that exists, where it would be made
-    cause = "Not a directory" if not above.is_dir() else _not_writable(above)
-    if cause:
-        raise OutputError(f"{out}: cannot create the output folder ({cause}: {above}); choose another --output_path")
-
-
-def _not_writable(folder: Path) -> str:
-    """Why nothing can be made in `folder` ("" when something can): a probe folder made and removed."""
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".dlagg-probe.", dir=folder))
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    return ""
-
-
-def _check_output_folders(options: Options) -> None:
-    """--output_path and the writers' folders in it (--tb_dir): each a folder, or one that can be made, and writable.
-    Checked before any input is read (docs/cli.md), and again by `_prepare_output` once the ranks are known."""
-    _check_output_folder(options.output_path)
-    for fmt in _writers(options):
-        folder = _out_dir(options, fmt)
-        if folder.exists() and not folder.is_dir():
-            raise OutputError(f"{folder}: is a file, not a folder; remove it or choose another --tb_dir")
-
-
 def _prepare_output(options: Options, names: list[str], job: Job | None, also: Sequence[Path] = ()) -> None:
-    _check_output_folders(options)
+    check_output_folders(options)
     if options.force:
         return
     suffixes = [REPORTS[n].file_suffix for n in names]
-    targets = [p for fmt in _writers(options)
+    targets = [p for fmt in writer_formats(options)
                for p in WRITERS[fmt].targets([*suffixes, *(REPORTS[n].file_suffix for n in _added(options, fmt))],
-                                             _out_dir(options, fmt), options.profile_name)] + list(also)
+                                             out_dir(options, fmt), options.profile_name)] + list(also)
     if options.per_rank and job is not None and len(job.sources) > 1:
         rank_suffixes = [REPORTS[n].file_suffix for n in names if REPORTS[n].scope != "job"]
         targets += [p for fmt in options.formats for s in job.sources
-                    for p in WRITERS[fmt].targets(rank_suffixes, _rank_dir(options, s.rank), options.profile_name)]
+                    for p in WRITERS[fmt].targets(rank_suffixes, rank_dir(options, s.rank), options.profile_name)]
     for path in targets:
         if path.exists():
                 raise OutputError(f"{path}: already exists; pass --force=true to overwrite it, "
                                   "or choose another --output_path / --profile_name")
-
-
-def _writers(options: Options) -> list[str]:
-    formats = list(options.formats)
-    if IMAGES in WRITERS:
-        formats.append(IMAGES)
-    if not options.suppress_tb_files and TENSORBOARD in WRITERS:
-        formats.append(TENSORBOARD)
-    return formats
-
-
-def _out_dir(options: Options, fmt: str) -> Path:
-    """Event files get their own folder (--tb_dir) so `tensorboard --logdir` sees only them."""
-    return options.output_path / options.tb_dir if fmt == TENSORBOARD else options.output_path
-
-
-def _rank_dir(options: Options, rank: int) -> Path:
-    """Where --per_rank writes one rank's reports (staging.RANK_FOLDER)."""
-    return options.output_path / f"rank{rank}"
-
-
-def _staging(options: Options, log: Log) -> Staging:
-    """Where the run's outputs wait until every one is written, to be moved into place together."""
-    return Staging(options.output_path, _out_dir(options, TENSORBOARD), options.profile_name, force=options.force,
-                   events=TENSORBOARD in _writers(options),
-                   suffixes=[spec.file_suffix for spec in REPORTS.values()], log=log)
 
 
 def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
@@ -352,7 +281,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
     _check_roofline_options(options)
     check_output_names(options)
     if options.reports or options.baseline is not None:  # an output folder that cannot be written: before any reading
-        _check_output_folders(options)
+        check_output_folders(options)
     baseline = baseline_input(options)  # None without --baseline
     if options.nsys_database is None:
         return _run_ncu_alone(options, log)
@@ -361,16 +290,16 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
         workers = _pool(options, [_file_size(p) for p in paths], worker_init, pools, log)
         job = _discovered(options, paths, workers, log)
         options = with_ncu_rank(options, job)
-        several = len(job.sources) > 1
-        names = resolve_reports(options.reports, several, _inputs(options))
+        many_ranks = len(job.sources) > 1
+        names = resolve_reports(options.reports, many_ranks, _inputs(options))
         if names:
             _prepare_output(options, names, job, _baseline_targets(options))
         formats = _writers_warned(options, log)
-        build = _to_build(options, names, formats, several)
+        build = _to_build(options, names, formats, many_ranks)
         workers = _ranks_pool(options, job, workers, worker_init, pools, log)
         executor = workers or pools.enter_context(ThreadPoolExecutor(WRITE_THREADS))
-        staging = _staging(options, log)
-        with staging, _Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:
+        staging = run_staging(options, log)
+        with staging, Writes(log, staging, executor, pool_size(workers) if workers else None) as writes:
             ranks, figures, built, written_early = _reduce(job, options, build, names, writes, log, worker_init,
                                                            workers)
             info = _run_info(options, figures, names)
@@ -388,7 +317,7 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
             info = replace(info, warnings=tuple(dict.fromkeys(log.warnings)))  # the page: every warning said so far
             if reports:
                 _submit_whole_job(writes, formats, built, names, options, info)
-            if options.per_rank and several:
+            if options.per_rank and many_ranks:
                 _submit_per_rank(writes, ranks, job, names, options)
             if keep_rows:  # read before the files go with the staging folder
                 reports = _loaded(reports)
@@ -401,19 +330,19 @@ def run(options: Options, log: Log | None = None, *, worker_init: Callable[[], N
 def _writers_warned(options: Options, log: Log) -> list[str]:
     """`_writers`, and the warning of an HTML page that will lack its charts, said before the page lists the run's
     warnings."""
-    formats = _writers(options)
+    formats = writer_formats(options)
     if "html" in formats and (undrawn := charts_refused()) is not None:
         log.warn(undrawn)
     return formats
 
 
-def _to_build(options: Options, names: list[str], formats: list[str], several: bool) -> list[str]:
+def _to_build(options: Options, names: list[str], formats: list[str], many_ranks: bool) -> list[str]:
     """The reports a run builds: those asked for, those its writers need and those they add (a JSON run's saved
     figures), and (by `build_order`) those these read; those that read an input given to the job (the comparison)
     last, as they are built last. None when the run writes no report."""
     if not names:
         return []
-    needed = [n for fmt in formats for n in WRITERS[fmt].needs if several or not REPORTS[n].only_with_ranks]
+    needed = [n for fmt in formats for n in WRITERS[fmt].needs if many_ranks or not REPORTS[n].only_with_ranks]
     added = [n for fmt in formats for n in _added(options, fmt)]
     return list(dict.fromkeys([*(n for n in names if not REPORTS[n].inputs & GIVEN), *needed, *added, *names]))
 
@@ -430,14 +359,14 @@ def _loaded(reports: list[Report]) -> list[Report]:
             for r in reports]
 
 
-def _reduce(job: Job, options: Options, build: list[str], names: list[str], writes: _Writes, log: Log,
+def _reduce(job: Job, options: Options, build: list[str], names: list[str], writes: Writes, log: Log,
             worker_init: Callable[[], None] | None, workers: ProcessPoolExecutor | None,
             ) -> tuple[list[RankFigures], JobFigures, dict[str, Report], set[str]]:
     """The job's ranks reduced and combined into the reports `build`. Each report asked for (`names`) is submitted
     for writing as soon as it is built: a one-rank job's while the rank's next report is built, a several-rank
     job's while the next is merged (on `workers`, the local pool, once it has reduced the ranks). The ranks, the
     job's figures and reports, and the names of the reports submitted."""
-    formats = _writers(options)
+    formats = writer_formats(options)
     comm = communication_needed(job, build)
     submitted: set[str] = set()
 
@@ -450,7 +379,7 @@ def _reduce(job: Job, options: Options, build: list[str], names: list[str], writ
         # on the local pool, the rows of the biggest tables stay where their rank was reduced (docs/ranks.md)
         spill = writes.staging.scratch() if workers is not None and not options.scheduler and any(
             REPORTS[n].spill for n in build) else None
-        task = rank_task(options, build, comm, several=True, spill=spill,
+        task = rank_task(options, build, comm, many_ranks=True, spill=spill,
                          processes=1 + (pool_size(workers) if workers else 0))
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log, pool=workers)
@@ -477,17 +406,17 @@ def _warn(log: Log, ranks: list[RankFigures], reports: list[Report]) -> list[str
     return warnings
 
 
-def _submit_whole_job(writes: _Writes, formats: list[str], built: dict[str, Report], names: list[str],
+def _submit_whole_job(writes: Writes, formats: list[str], built: dict[str, Report], names: list[str],
                       options: Options, info: RunInfo) -> None:
     """The formats that write all reports at once (the HTML page): the reports asked for and those the format
     needs, in registry order."""
     for fmt in formats:
         if not WRITERS[fmt].per_report:
             given = [built[n] for n in REPORTS if n in built and (n in names or n in WRITERS[fmt].needs)]
-            writes.submit([fmt], given, _out_dir(options, fmt), info, take_pieces=True)
+            writes.submit([fmt], given, out_dir(options, fmt), info, take_pieces=True)
 
 
-def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names: list[str],
+def _submit_per_rank(writes: Writes, ranks: list[RankFigures], job: Job, names: list[str],
                      options: Options) -> None:
     """--per_rank: each rank's reports in its own folder (made in the staging folder when written)."""
     per_report = [fmt for fmt in options.formats if WRITERS[fmt].per_report]
@@ -495,7 +424,7 @@ def _submit_per_rank(writes: _Writes, ranks: list[RankFigures], job: Job, names:
     for rank in ranks:  # ranks, not events
         rank_info = replace(_run_info(options, JobFigures(job, (rank,), None), listed), warnings=tuple(one_per_cause(
             [*rank.warnings, *(w for n in names if n in rank.reports for w in rank.reports[n].warnings)])))
-        folder = _rank_dir(options, rank.source.rank)
+        folder = rank_dir(options, rank.source.rank)
         for name in names:
             if name in rank.reports:
                 writes.submit(per_report, [rank.reports[name]], folder, rank_info)
@@ -509,12 +438,12 @@ def _baseline_targets(options: Options) -> list[Path]:
     """What reading a baseline export writes besides the reports: its TensorBoard run (saved figures have none)."""
     if options.baseline is None:
         return []
-    if TENSORBOARD in _writers(options) and saved_file(options.baseline.nsys_database) is None:  # saved: no run
-        return WRITERS[TENSORBOARD].targets([], _out_dir(options, TENSORBOARD), options.baseline.run_name(options))
+    if TENSORBOARD in writer_formats(options) and saved_file(options.baseline.nsys_database) is None:  # saved: no run
+        return WRITERS[TENSORBOARD].targets([], out_dir(options, TENSORBOARD), options.baseline.run_name(options))
     return []
 
 
-def _baseline_side(baseline: tuple[Options, Job | Side], options: Options, writes: _Writes, log: Log,
+def _baseline_side(baseline: tuple[Options, Job | Side], options: Options, writes: Writes, log: Log,
                    worker_init: Callable[[], None] | None) -> Side:
     """The baseline's figures (the compare report's input, reports/compare.py): a saved baseline as loaded; an
     export reduced like the current profile, after it (its reports are written meanwhile), with its TensorBoard run
@@ -523,9 +452,9 @@ def _baseline_side(baseline: tuple[Options, Job | Side], options: Options, write
     reads, job = baseline
     if isinstance(job, Side):
         return job
-    several = len(job.sources) > 1
-    needed = [n for n in WRITERS[TENSORBOARD].needs if several or not REPORTS[n].only_with_ranks] \
-        if TENSORBOARD in _writers(options) else []
+    many_ranks = len(job.sources) > 1
+    needed = [n for n in WRITERS[TENSORBOARD].needs if many_ranks or not REPORTS[n].only_with_ranks] \
+        if TENSORBOARD in writer_formats(options) else []
     names = tuple(dict.fromkeys([*NEEDS, *needed]))
     with log.stage(f"read the baseline ({job.describe()})"):
         side = reduce_side(reads, job, names, log=log, worker_init=worker_init)
@@ -533,7 +462,7 @@ def _baseline_side(baseline: tuple[Options, Job | Side], options: Options, write
         given = [side.reports[n] for n in REPORTS if n in side.reports]
         assert side.figures is not None  # reduced here, not saved
         info = _run_info(reads, side.figures, list(NEEDS))
-        writes.submit([TENSORBOARD], given, _out_dir(options, TENSORBOARD), info)
+        writes.submit([TENSORBOARD], given, out_dir(options, TENSORBOARD), info)
     return side
 
 
@@ -557,16 +486,16 @@ def _run_ncu_alone(options: Options, log: Log) -> Result:
                    key_node_reason="no nsys export: the ncu report's kernels alone", iterations_total=0, iter_start=0,
                    iter_stop=0, iteration_window_ns=(0, 0), profile_name=options.profile_name,
                    dlagg_version=__version__, reports=tuple(names), ranks=(), raw_csv=options.raw_csv)
-    formats = _writers(options)
-    with (staging := _staging(options, log)), ThreadPoolExecutor(WRITE_THREADS) as pool:
-        writes = _Writes(log, staging, pool)
+    formats = writer_formats(options)
+    with (staging := run_staging(options, log)), ThreadPoolExecutor(WRITE_THREADS) as pool:
+        writes = Writes(log, staging, pool)
         for fmt in formats:
-            writes.submit([fmt], [report], _out_dir(options, fmt), info)
+            writes.submit([fmt], [report], out_dir(options, fmt), info)
         written = writes.results(formats, names)
     return Result(job, (), (report,), tuple(written), report.warnings)
 
 
-def _submit_per_report(writes: _Writes, formats: list[str], report: Report, options: Options,
+def _submit_per_report(writes: Writes, formats: list[str], report: Report, options: Options,
                        info: RunInfo) -> None:
     """The report's files: when asked for (in ``info.reports``), in every format written a file per report, else in
     those whose writer adds it (``Writer.adds``: the saved figures); and, when asked for, its piece for each writer
@@ -601,294 +530,3 @@ def _run_info(options: Options, figures: JobFigures, names: list[str]) -> RunInf
         ranks=tuple(r.source.rank for r in figures.ranks),
         raw_csv=options.raw_csv,
     )
-
-
-@dataclass
-class _Job:
-    """A writer job not yet started: its report's name, its output folder, its task and the task's arguments; the
-    files it makes that other jobs wait for (a part of a big table, a report's piece for a writer of every report
-    at once), and the files it waits for (it then runs in this process, in `_Writes.results`, once they are made)."""
-
-    name: str
-    out_dir: Path
-    task: Callable[..., _Outcome]
-    args: tuple
-    makes: tuple[Path, ...] = ()
-    after: tuple[Path, ...] = ()
-
-
-class _Writes:
-    """Writer jobs, written into `staging` and moved into place together by `results`; a format's time is the sum
-    of its jobs' (they overlap each other and the building of the next reports). A job writes its reports in one
-    or more formats: a report goes to a worker process once, whatever the number of its formats.
-
-    On a writer thread (`workers` None) every job is queued at once. On the run's process pool of `workers`
-    processes, a lane (a thread here) per pool process takes the next waiting job as soon as its last has ended,
-    so the pool writes while this process merges the next reports; `results` then takes jobs too, from the same
-    queue. There, a table of more than 2 x PART_ROWS rows (the iteration report of many ranks) is written in
-    parts: each part's rows are formatted by a job of their own into a file of the staging folder, and the first
-    process free joins the parts into the report's file (the writers' ``rows`` and ``write(..., rows=)``), so that
-    every process formats a share of a big file instead of one formatting it while the others wait.
-
-    A writer of every report at once that renders each report on its own (TensorBoard's text dashboards) gets
-    each report's piece made by the job that writes the report's files (``make_pieces``), into a file of the
-    staging folder: the pieces are made while the next reports are built, and on every process of the pool,
-    and the writer's job (``take_pieces``), the last of a run, only puts them together."""
-
-    def __init__(self, log: Log, staging: Staging, pool: Executor, workers: int | None = None) -> None:
-        self.log = log
-        self.staging = staging
-        self.pool = pool
-        self.jobs: list[tuple[str, Path, Future[_Outcome]]] = []  # report, folder, job
-        self.pending: deque[_Job] = deque()
-        self.waiting: list[_Job] = []  # jobs waiting for files that other jobs make (run by `results`)
-        self.made: set[Path] = set()
-        self.pieces: dict[tuple[str, str], Path] = {}  # (format, report name) -> the file its piece is made in
-        self.ready = threading.Condition()  # guards the above; notified when a job is queued or ends
-        self.closed = False
-        self.lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(workers or 0)]
-
-    def submit(self, formats: Sequence[str], reports: list[Report], out_dir: Path, info: RunInfo,
-               make_pieces: Sequence[str] = (), take_pieces: bool = False) -> None:
-        """A job writing `reports` in `formats` into `out_dir`. `make_pieces`: formats of writers of every report at
-        once whose piece of the report (one) the job makes too; `take_pieces`: the job (one such format) takes the
-        pieces made for its reports."""
-        folder = self.staging.folder(out_dir)
-        make = {}
-        for fmt in make_pieces:
-            make[fmt] = folder / f".{info.profile_name}_{reports[0].file_suffix}.{fmt}.piece"
-            self.pieces[fmt, reports[0].name] = make[fmt]
-        given = {r.name: self.pieces.pop((formats[0], r.name)) for r in reports
-                 if (formats[0], r.name) in self.pieces} if take_pieces else {}
-        formats = [fmt for fmt in formats if not self._in_parts(fmt, reports, out_dir, folder, info)]
-        if formats or make:
-            self._queue(_Job(reports[0].name, out_dir, _write, (formats, reports, folder, out_dir, info, None, make,
-                                                                 given), makes=tuple(make.values()),
-                             after=tuple(given.values())))
-
-    def _in_parts(self, fmt: str, reports: list[Report], out_dir: Path, folder: Path, info: RunInfo) -> bool:
-        """Whether the report (alone in `reports`) is written in parts in format `fmt`: the part jobs queued, their
-        files in `folder` (`out_dir`'s in the staging folder)."""
-        if not self.lanes or len(reports) != 1:
-            return False
-        report = reports[0]
-        table = max(report.tables, key=len, default=None)
-        if table is None or len(table) <= 2 * PART_ROWS or not WRITERS[fmt].writes_rows(table):
-            return False
-        parts = []
-        for first in range(0, len(table), PART_ROWS):
-            part = folder / f".{info.profile_name}_{report.file_suffix}.{fmt}.{first // PART_ROWS}.part"
-            stop = min(first + PART_ROWS, len(table))
-            rows = _Rows(fmt, table, first, stop, part, out_dir, info, ends=stop == len(table))
-            self._queue(_Job(report.name, out_dir, _write_rows, (rows,), makes=(part,)))
-            parts.append(part)
-        self._queue(_Job(report.name, out_dir, _join, (fmt, report, folder, out_dir, info, table.key, parts),
-                         after=tuple(parts)))
-        return True
-
-    def _queue(self, job: _Job) -> None:
-        if not self.lanes:  # one writer thread (WRITE_THREADS): in the order queued, so after the jobs it waits for
-            self.jobs.append((job.name, job.out_dir, self.pool.submit(job.task, *job.args)))
-            return
-        with self.ready:
-            (self.waiting if job.after else self.pending).append(job)
-            self.ready.notify()
-
-    def _take(self) -> _Job | None:
-        """A lane's next job: a join whose parts are all made, else the next waiting job, once there is one; None
-        when the writes are closed. (Joins go to whichever process is free: the parts of the iteration report of
-        1,024 ranks are 3 GB to copy, which a worker does while this process runs the TensorBoard job; that job,
-        which waits for files too, stays here, where its reports are.)"""
-        with self.ready:
-            while not self.closed:
-                job = self._made(_join) or (self.pending.popleft() if self.pending else None)
-                if job is not None:
-                    return job
-                self.ready.wait()
-            return None
-
-    def _made(self, task: Callable[..., _Outcome] | None = None,
-              skip: Callable[..., _Outcome] | None = None) -> _Job | None:
-        """The first job waiting for files whose files are all made (of `task`, when given; not of `skip`), taken off
-        the list; the lock held."""
-        for k, job in enumerate(self.waiting):
-            if (task is None or job.task is task) and job.task is not skip and self.made.issuperset(job.after):
-                del self.waiting[k]
-                return job
-        return None
-
-    def _lane(self) -> None:
-        """A pool process's lane: its jobs one after the other, each started when the last has ended."""
-        while (job := self._take()) is not None:
-            try:  # a part of a table goes with its rows alone (sliced now: the queue holds no copies)
-                future = self.pool.submit(job.task, *(job.args[0].sent(),) if job.task is _write_rows else job.args)
-            except Exception as exc:  # a broken pool: raised by `results`
-                future = Future()
-                future.set_exception(exc)
-            with self.ready:
-                self.jobs.append((job.name, job.out_dir, future))
-            self._ended(job, future.exception() is None)  # (waits for it; its failure is raised by `results`)
-
-    def _ended(self, job: _Job, ok: bool) -> None:
-        """A job has ended: the files it makes are ready for the jobs waiting for them; a failure stops the
-        writes."""
-        with self.ready:
-            if ok:
-                self.made.update(job.makes)
-            self.ready.notify_all()
-        if not ok:
-            self._stop()
-
-    def _stop(self) -> None:
-        """No job starts any more (a failure, or the end): the lanes end with their running job."""
-        with self.ready:
-            self.pending.clear()
-            self.closed = True
-            self.ready.notify_all()
-
-    def _done_here(self, job: _Job) -> None:
-        """A job run in this process, kept with the pool's (its failure too, raised by `results`)."""
-        future: Future[_Outcome] = Future()
-        try:
-            future.set_result(job.task(*job.args))
-        except Exception as exc:
-            future.set_exception(exc)
-        with self.ready:
-            self.jobs.append((job.name, job.out_dir, future))
-        self._ended(job, future.exception() is None)
-
-    def _next(self) -> _Job | None:
-        """This process's next job in `results`: a job whose files to wait for are all made (the join of a report
-        written in parts, a writer that takes pieces), else the next waiting job, else (while lanes make those
-        files) the next of the former once ready; None when none is left or a job has failed.
-
-        A join is left to the lanes while a job that only this process runs (the TensorBoard job, which needs the
-        reports) waits for its files: at 256 ranks this process joined the iteration report's parts (2 s) and only
-        then ran the TensorBoard job (1.1 s), while the lane, free 0.4 s after the join was ready, waited."""
-        with self.ready:
-            while not self.closed:
-                mine = any(job.task is not _join for job in self.waiting)
-                job = self._made(skip=_join if self.lanes and mine else None)
-                if job is not None:
-                    return job
-                if self.pending:
-                    return self.pending.popleft()
-                if not self.waiting:
-                    return None
-                self.ready.wait()
-            return None
-
-    def __enter__(self) -> _Writes:
-        for lane in self.lanes:
-            lane.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Every job has ended (or, not yet started, is cancelled) before the staging folder is committed or
-        removed: after a failure the jobs still running write into a folder that is about to go."""
-        self._stop()
-        for lane in self.lanes:
-            lane.join()
-        for *_, job in self.jobs:
-            job.cancel()
-        wait([job for *_, job in self.jobs])
-
-    def results(self, formats: list[str], names: list[str], before: Callable[[], None] = lambda: None) -> list[Path]:
-        """Paths written (moved into place), by format then report (in `names` order); the first failure is
-        raised once every job has ended, and then nothing is moved, nor when `before` (run once every job has
-        ended, the input's page check) raises. This process takes the waiting jobs too
-        (one queue with the lanes), and those waiting for files (joins, writers taking pieces) as soon as their
-        files are made."""
-        while (job := self._next()) is not None:
-            self._done_here(job)
-        self._stop()
-        for lane in self.lanes:
-            lane.join()
-        wait([job for *_, job in self.jobs])
-        failed = next((exc for *_, job in self.jobs if (exc := job.exception()) is not None), None)
-        if isinstance(failed, BrokenExecutor):  # a pool's worker killed while it wrote
-            raise worker_lost(self.pool, "writing the reports")
-        before()
-        done = [(fmt, name, self.staging.record(out_dir, paths), seconds)
-                for name, out_dir, job in self.jobs for fmt, paths, seconds in job.result()]
-        self.staging.commit()
-        release_free_memory()
-        order = {name: k for k, name in enumerate(REPORTS)}
-        done.sort(key=lambda d: order.get(d[1], len(order)))  # registry order: saved figures, comparison last
-        written: list[Path] = []
-        for fmt in formats:
-            paths = [path for f, _, finals, _ in done if f == fmt for path in finals]
-            if paths:  # the image writer writes only reports with images
-                self.log.info(f"wrote {fmt} ({sum(seconds for f, *_, seconds in done if f == fmt):.2f} s)")
-            written.extend(paths)
-        return written
-
-
-def _write(formats: list[str], reports: list[Report], staged: Path, out_dir: Path, info: RunInfo,
-           rows: dict[str, list[Path]] | None = None, make: dict[str, Path] | None = None,
-           given: dict[str, Path] | None = None) -> _Outcome:
-    """One writer job (in a writer thread or a worker process): per format, the paths written in `staged` and the
-    time it took. `rows`: a table's rows are in these files (``_write_rows``'s parts, in order). `make`: format ->
-    the file where the job saves that writer's piece of its report (one); `given`: report name -> the file holding
-    its piece for the format written (one), which the job takes (the files then go; a piece not there is made by
-    the writer)."""
-    done = []
-    pieces = {name: json.loads(path.read_bytes()) for name, path in (given or {}).items() if path.exists()}
-    for fmt in formats:
-        began = time.perf_counter()
-        paths = write_staged(fmt, reports, staged, out_dir, info, rows, pieces)
-        done.append((fmt, paths, time.perf_counter() - began))
-    for path in (given or {}).values():
-        path.unlink(missing_ok=True)
-    for fmt, path in (make or {}).items():
-        began = time.perf_counter()
-        piece = WRITERS[fmt].piece(reports[0])  # (`make` names writers that make pieces)
-        write_staged_file(path, json.dumps(piece), out_dir, fmt)
-        done.append((fmt, [], time.perf_counter() - began))
-    return done
-
-
-def _join(fmt: str, report: Report, staged: Path, out_dir: Path, info: RunInfo, key: str,
-          parts: list[Path]) -> _Outcome:
-    """A report written in parts: its file, with table `key`'s rows from the `parts` (which then go)."""
-    done = _write([fmt], [report], staged, out_dir, info, {key: parts})
-    for part in parts:
-        part.unlink()
-    return done
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """Rows first..stop-1 of a big table, to be formatted by the writer of `fmt` into `path`: a part of its file
-    (in the staging folder of `out_dir`, where the report goes; the report's write then joins the parts)."""
-
-    fmt: str
-    table: Table
-    first: int
-    stop: int
-    path: Path
-    out_dir: Path
-    info: RunInfo
-    ends: bool  # these rows end the table (JSON: no comma after the last)
-
-    def sent(self) -> _Rows:
-        """What a worker process is sent: the part over its rows alone, or, rows kept in files (reports/spilled.py),
-        the part as it is: the worker reads its rows there."""
-        return self if self.table.spilled is not None else self.alone()
-
-    def alone(self) -> _Rows:
-        """The same part over a table of its rows alone (what a worker process is sent; rows kept in files are read
-        there)."""
-        if self.first == 0 and self.stop == len(self.table) and self.table.spilled is None:
-            return self
-        frame = self.table.rows(self.first, self.stop)
-        return replace(self, table=self.table.with_frame(frame), first=0, stop=len(frame))
-
-
-def _write_rows(rows: _Rows) -> _Outcome:
-    """A part of a big table written (by this process or a worker process); its time (it writes no output of its
-    own)."""
-    began = time.perf_counter()
-    rows = rows.alone()
-    write_staged_file(rows.path, WRITERS[rows.fmt].rows(rows.table, rows.info, rows.ends), rows.out_dir, rows.fmt)
-    return [(rows.fmt, [], time.perf_counter() - began)]

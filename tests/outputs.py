@@ -24,8 +24,8 @@ from pathlib import Path
 
 from dlagg.log import Log
 from dlagg.options import Options
+from dlagg.output.staging import JOURNAL, STAGING
 from dlagg.pipeline import run
-from dlagg.writers.staging import JOURNAL, STAGING
 
 EVENTS = "events.out.tfevents."
 REPORT_FILES = (".csv", ".json", ".html", ".png")

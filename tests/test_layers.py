@@ -31,6 +31,7 @@ LAYERS = {
     "expert": 7,
     "reports": 8,
     "job": 9, "writers": 9,
+    "output": 9,  # the staging folder and the writer tasks that fill it (writers and the job of ranks use its errors)
     "baseline": 10,  # the compare report's baseline: an export reduced with job, or saved figures read back
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlagg.cli import main
-from dlagg.writers.staging import HOST
+from dlagg.output.staging import HOST
 
 from .conftest import ROOT, recording
 

@@ -1,4 +1,4 @@
-"""All-or-nothing outputs (writers/staging.py): staged and moved into place together, --force replacing a profile's
+"""All-or-nothing outputs (output/staging.py): staged and moved into place together, --force replacing a profile's
 set as a whole, killed runs (kill -9 at random moments of real runs), a real file-size limit, and the paths a
 run may write to."""
 
@@ -22,16 +22,17 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from dlagg import pipeline
 from dlagg.errors import OptionsError, OutputError
 from dlagg.log import Log
 from dlagg.options import Options
+from dlagg.output import staging as staging_module
+from dlagg.output import writes as writes_module
+from dlagg.output.staging import HOST, JOURNAL, STAGING, Staging, output_error
+from dlagg.output.writes import WriteTask
 from dlagg.pipeline import run
 from dlagg.reports import Report, Table
 from dlagg.reports.figures import Field
 from dlagg.writers import RunInfo
-from dlagg.writers import staging as staging_module
-from dlagg.writers.staging import HOST, JOURNAL, STAGING, Staging, output_error
 
 from .conftest import dlagg, recording
 from .outputs import TRIGGERS, Plan, Trial, dlagg_command, draw, kill_trials, snapshot, strays, timed_run, which
@@ -306,11 +307,12 @@ def test_a_piece_or_part_that_cannot_be_saved_is_an_output_error(tmp_path: Path)
     report = Report("kernel", "kernel", (Table("kernels", "Kernel Report", fields, pd.DataFrame({"name": ["k"]})),))
     gone = tmp_path / "staging-removed" / ".dlagg_kernel.tensorboard.piece"
     with pytest.raises(OutputError) as raised:
-        pipeline._write([], [report], tmp_path, Path("/runs/out"), INFO, None, {"tensorboard": gone})
+        writes_module.write_reports([], [report], tmp_path, Path("/runs/out"), INFO, None, {"tensorboard": gone})
     assert str(raised.value).startswith("/runs/out: cannot write the tensorboard outputs: ")
-    part = pipeline._Rows("csv", report.main, 0, 1, gone.with_suffix(".part"), Path("/runs/out"), INFO, ends=True)
+    part = writes_module.PartRows("csv", report.main, 0, 1, gone.with_suffix(".part"), Path("/runs/out"), INFO,
+                                  ends=True)
     with pytest.raises(OutputError) as raised:  # so is a part of a big table, formatted by a job of its own
-        pipeline._write_rows(part)
+        writes_module.write_part(part)
     assert str(raised.value).startswith("/runs/out: cannot write the csv outputs: ")
 
 
@@ -382,13 +384,13 @@ def test_the_pool_writes_while_the_reports_are_merged_one_job_after_another(tmp_
     release = {name: threading.Event() for name in "abc"}
     started: list[str] = []
 
-    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # pipeline._write: waits to be released
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # write_reports: waits to be released
         started.append(reports[0].name)
         assert release[reports[0].name].wait(30)
         return [("csv", [], 0.0)]
 
-    monkeypatch.setattr(pipeline, "_write", write)
-    with ThreadPoolExecutor(3) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+    monkeypatch.setattr(writes_module, "write_reports", write)
+    with ThreadPoolExecutor(3) as pool, writes_module.Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
         for name in "abc":
             writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
         until(lambda: started == ["a"])
@@ -410,7 +412,7 @@ def test_this_process_and_the_pool_share_the_waiting_jobs(tmp_path: Path, monkey
     written: list[tuple[str, str]] = []  # report, thread that wrote it
     a_may_end = threading.Event()
 
-    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for pipeline._write
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for write_reports
         name = reports[0].name
         written.append((name, threading.current_thread().name))
         if name == "a":  # on the pool, until this process has taken b
@@ -420,8 +422,8 @@ def test_this_process_and_the_pool_share_the_waiting_jobs(tmp_path: Path, monkey
             until(lambda: ("c", pool_thread) in written)
         return [("csv", [], 0.0)]
 
-    monkeypatch.setattr(pipeline, "_write", write)
-    with ThreadPoolExecutor(1) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+    monkeypatch.setattr(writes_module, "write_reports", write)
+    with ThreadPoolExecutor(1) as pool, writes_module.Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
         pool_thread = pool.submit(lambda: threading.current_thread().name).result()
         for name in "abcd":
             writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
@@ -446,15 +448,15 @@ def test_a_join_is_left_to_the_lane_while_a_job_of_this_process_waits(tmp_path: 
         return task
 
     join = job("join")
-    monkeypatch.setattr(pipeline, "_join", join)
+    monkeypatch.setattr(writes_module, "join_parts", join)
     part, piece = tmp_path / "part", tmp_path / "piece"
-    with ThreadPoolExecutor(1) as pool, pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+    with ThreadPoolExecutor(1) as pool, writes_module.Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
         pool_thread = pool.submit(lambda: threading.current_thread().name).result()
-        writes._queue(pipeline._Job("collectives", tmp_path, job("collectives", 0.3), (), makes=(piece,)))
+        writes._queue(WriteTask("collectives", tmp_path, job("collectives", 0.3), (), makes=(piece,)))
         until(lambda: "collectives" in ran)  # the lane is busy
-        writes._queue(pipeline._Job("iteration", tmp_path, job("part"), (), makes=(part,)))  # for this process
-        writes._queue(pipeline._Job("iteration", tmp_path, join, (), after=(part,)))
-        writes._queue(pipeline._Job("tensorboard", tmp_path, job("tensorboard"), (), after=(piece,)))
+        writes._queue(WriteTask("iteration", tmp_path, job("part"), (), makes=(part,)))  # for this process
+        writes._queue(WriteTask("iteration", tmp_path, join, (), after=(part,)))
+        writes._queue(WriteTask("tensorboard", tmp_path, job("tensorboard"), (), after=(piece,)))
         writes.results(["csv"], [])
     here = threading.main_thread().name
     assert ran["part"] == here and ran["join"] == pool_thread and ran["tensorboard"] == here
@@ -466,16 +468,16 @@ def test_writes_end_before_the_staging_folder_goes_when_the_run_fails(tmp_path: 
     started: list[str] = []
     ended: list[str] = []
 
-    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for pipeline._write: a slow job
+    def write(formats, reports, staged, out_dir, info, *rows_and_pieces):  # stands for write_reports: a slow job
         started.append(reports[0].name)
         time.sleep(0.3)
         ended.append(reports[0].name)
         return []
 
-    monkeypatch.setattr(pipeline, "_write", write)
+    monkeypatch.setattr(writes_module, "write_reports", write)
     with ThreadPoolExecutor(1) as pool:
         with pytest.raises(RuntimeError, match="the merge failed"):
-            with pipeline._Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
+            with writes_module.Writes(Log(0), STAGED_HERE, pool, workers=1) as writes:
                 for name in "ab":
                     writes.submit(["csv"], [SimpleNamespace(name=name, tables=())], tmp_path, None)
                 deadline = time.monotonic() + 30

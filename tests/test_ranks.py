@@ -408,20 +408,20 @@ def test_the_pool_makes_the_text_dashboards_with_the_reports_files(multi, tmp_pa
 def written_in_parts(monkeypatch, args: list[str], out: Path) -> list[tuple[str, str, int]]:
     """Run dlagg in process with parts of 1,024 rows; the reports to be joined from parts: (report, format, parts).
     (Counted as they are queued: a join runs on whichever process is free, a worker's too.)"""
-    from dlagg import pipeline
+    from dlagg.output import writes as writes_module
 
     joined: list[tuple[str, str, int]] = []
-    queue = pipeline._Writes._queue
+    queue = writes_module.Writes._queue
 
     def counted(self, job) -> None:
-        if job.task is pipeline._join:
+        if job.task is writes_module.join_parts:
             fmt, report, *_, parts = job.args
             joined.append((report.name, fmt, len(parts)))
         queue(self, job)
 
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "PART_ROWS", 1024)
-        patch.setattr(pipeline._Writes, "_queue", counted)
+        patch.setattr(writes_module, "PART_ROWS", 1024)
+        patch.setattr(writes_module.Writes, "_queue", counted)
         assert main([*args, f"--output_path={out}"]) == 0
     return joined
 
@@ -501,7 +501,7 @@ def test_a_rank_whose_launches_cannot_be_kept_is_an_output_error(multi, tmp_path
     blocked.write_text("")
     options = Options(nsys_database=str(multi(PER)), reports=("iteration",), output_path=tmp_path)
     with pytest.raises(OutputError, match=f"{tmp_path}: cannot write the iteration report's rows"):
-        reduce_rank(job.sources[0], options, ("iteration",), several=True, spill=blocked)
+        reduce_rank(job.sources[0], options, ("iteration",), many_ranks=True, spill=blocked)
 
 
 def test_a_rank_ships_its_system_config_not_the_whole_environment(multi) -> None:

@@ -343,7 +343,7 @@ def test_in_a_cgroup_with_memory_for_one_rank_one_process_reduces_them(multi, tm
 
 
 def test_a_pool_with_a_killed_worker_says_how_it_ended() -> None:
-    """`worker_lost` for a plain process pool whose worker was killed (as `_Writes.results` raises it when a worker
+    """`worker_lost` for a plain process pool whose worker was killed (as `Writes.results` raises it when a worker
     dies while it writes the outputs): the signal, what it most likely was, and one error class, exit status 1."""
     with ProcessPoolExecutor(1) as pool:
         os.kill(pool.submit(os.getpid).result(), signal.SIGKILL)

@@ -225,12 +225,12 @@ def _gpu_processes(db: Database, session: int | None = None) -> tuple[tuple[int,
     return tuple(sorted(((p, tuple(sorted(d))) for p, d in devices.items()), key=lambda x: (x[1][:1], x[0])))
 
 
-def _probe(path: Path, several: bool = True, cache: tuple[bool, Path | str | None] = (False, None)) -> _File:
-    """What discovery needs of one file; `several`: one of a job's files (a trace's time span is then read, to
+def _probe(path: Path, many_files: bool = True, cache: tuple[bool, Path | str | None] = (False, None)) -> _File:
+    """What discovery needs of one file; `many_files`: one of a job's files (a trace's time span is then read, to
     tell traces of other runs). `cache`: (use, folder) of the read cache, which keeps an export's answer (its
     queries scan the event tables; a trace's probe reads its first bytes only)."""
     if format_of(path).name == TRACE:
-        return _probe_trace(path, several)
+        return _probe_trace(path, many_files)
     use, folder = cache
     return cached_answer(path, "ranks", partial(_answer, path), partial(_from_answer, path), use=use, folder=folder)
 
@@ -408,7 +408,7 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None,
     gives the results in the order of `paths` (default: one after the other here; the pipeline shares them
     with its process pool, `pool.shared_map`). `cache`: (use, folder) of the read cache (reader/cache.py)."""
     ordered = [Path(p) for p in sorted(paths, key=_natural)]
-    probe = partial(_probe, several=len(ordered) > 1, cache=cache)
+    probe = partial(_probe, many_files=len(ordered) > 1, cache=cache)
     files: list[_File] = probe_all(probe, ordered) if probe_all is not None else [probe(p) for p in ordered]
     sources: list[tuple[Path, int | None, int, tuple[int, ...], str, int]] = []
     for f in files:

@@ -10,7 +10,7 @@ from .html_page import SECTIONS
 
 # The modules that register writers or the HTML page's sections, in the registries' order: --formats lists csv,
 # html, json, and the end of a run says how to open the HTML page before the TensorBoard run; the page's sections
-# come after its writer. The modules they use (cells, html_page, staging, ...) register nothing and are not listed.
+# come after its writer. The modules they use (cells, html_page, ...) register nothing and are not listed.
 MODULES = ("csv_writer", "html_writer", "html_sections", "html_compare", "html_roofline", "image_writer",
            "json_writer", "tensorboard_writer")
 

@@ -74,7 +74,7 @@ class Writer:
 
     def writes_rows(self, table: Table) -> bool:
         """Whether the writer's file holds `table`'s rows one after the other (CSV, JSON), so that a big table can
-        be formatted in parts by several processes (pipeline._Writes) with `rows`. No, unless a writer says so."""
+        be formatted in parts by several processes (output.writes.Writes) with `rows`. No, unless a writer says so."""
         return False
 
     def rows(self, table: Table, info: RunInfo, last: bool) -> Iterable[memoryview]:

@@ -154,7 +154,7 @@ class HtmlWriter(Writer):
               rows: Mapping[str, Sequence[Path]] | None = None,
               pieces: Mapping[str, Mapping[str, str]] | None = None) -> list[Path]:
         path = out_dir / f"{info.profile_name}_{PAGE_SUFFIX}.html"
-        atomic_write(path, page_pieces(reports, info))  # an OSError is named by the staging (writers/staging.py)
+        atomic_write(path, page_pieces(reports, info))  # an OSError is named by the staging (output/staging.py)
         return [path]
 
     def how_to_open(self, written: Sequence[Path]) -> str | None:

@@ -41,7 +41,7 @@ views: Overview, Operator, Kernel, and Distributed with several ranks.
 
 Event files are replaced as a whole: the run folder is built next to its final place and renamed
 over it, so a re-run with --force never mixes stale event files into the new run (the pipeline stages
-`out_dir` too: writers/staging.py). An OSError is raised as it is; the staging names the folder. TensorBoard and
+`out_dir` too: output/staging.py). An OSError is raised as it is; the staging names the folder. TensorBoard and
 protobuf are imported inside ``write`` only, so CSV/JSON runs do not pay for them.
 """
 
@@ -777,19 +777,20 @@ class TensorboardWriter(Writer):
         if summary is None and not any(r.images for r in reports):
             raise TypeError("the TensorBoard writer charts the summary report's per-iteration figures: pass it")
         ranks = next((r for r in reports if r.name == "ranks"), None)
-        several = summary is not None and "rank" in summary.table("iterations").frame
+        many_ranks = summary is not None and "rank" in summary.table("iterations").frame
         wall_time = time.time()
         shown = [r for r in reports if r.name in info.reports]
         runs: dict[str, list[bytes]] = {}  # run folder (relative) -> events (serialized)
         tags: list[str] = []
         runs_per_rank = 1
-        scalars = iteration_scalars(summary, ranks, info.ranks if several else (None,)) if summary is not None else {}
+        shown_ranks = info.ranks if many_ranks else (None,)
+        scalars = iteration_scalars(summary, ranks, shown_ranks) if summary is not None else {}
         for rank, values in scalars.items():  # ranks, not events
-            if several:  # per-rank tags, so that a chart can show one rank (TensorBoard selects tags, not runs)
+            if many_ranks:  # per-rank tags, so that a chart can show one rank (TensorBoard selects tags, not runs)
                 values.columns = [f"rank{rank}/{tag}" for tag in values.columns]
             steps = values.index.to_numpy()
             tags += values.columns[values.notna().to_numpy().any(axis=0)].tolist()
-            folder = f"rank{rank}" if several else ""
+            folder = f"rank{rank}" if many_ranks else ""
             runs[folder] = _scalar_events(values[(steps >= info.iter_start) & (steps <= info.iter_stop)], wall_time)
             outside = ((BEFORE_RUN, values[steps < info.iter_start]), (AFTER_RUN, values[steps > info.iter_stop]))
             sub_runs = [run for run, part in outside if len(part)]

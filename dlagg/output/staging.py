@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 from ..errors import OptionsError, OutputError
 from ..log import shown
 from ..reports.base import Report
-from .base import WRITERS, RunInfo, atomic_write
+from ..writers.base import WRITERS, RunInfo, atomic_write
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -88,7 +88,7 @@ START_SLACK_S = 2.0
 # A staging folder made on another host is left alone this long (no dlagg run lasts a day); then it is stale.
 OTHER_HOST_S = 24 * 3600.0
 FORCED_NAMES = 20  # earlier outputs --force removed, named on stderr (then how many more)
-RANK_FOLDER = re.compile(r"rank\d+")  # --per_rank's folders (pipeline._rank_dir)
+RANK_FOLDER = re.compile(r"rank\d+")  # --per_rank's folders (output/folders.py: rank_dir)
 TENSORBOARD = "tensorboard"
 # What older dlagg versions left when killed: atomic_write's `.<name>.<random>.tmp` files beside a report
 # and the TensorBoard writer's `.<profile_name>.<random>.tmp` and `.<profile_name>.old.<random>` folders.
