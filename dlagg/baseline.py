@@ -103,7 +103,7 @@ def reduce_side(options: Options, job: Job, names: tuple[str, ...], *, log: Log 
     log = log or Log(0)
     many_ranks = len(job.sources) > 1
     task = rank_task(options, names, communication_needed(job, names), many_ranks,
-                     processes=local_processes(options.workers, [s.share for s in job.sources]))
+                     processes=local_processes(options.workers, [s.export_bytes for s in job.sources]))
     try:
         ranks = map_ranks(job, task, workers=options.workers, scheduler=options.scheduler, initializer=worker_init,
                           log=log)

@@ -207,30 +207,30 @@ def default_workers() -> int:
     return usable_cores()
 
 
-def local_processes(workers: int | None, shares: Sequence[int]) -> int:
-    """How many processes reduce ranks of `shares` export bytes at once here (this one and its local pool's) with
-    `workers` asked for (`plan_processes`)."""
-    return plan_processes(workers, shares)[0]
+def local_processes(workers: int | None, export_bytes: Sequence[int]) -> int:
+    """How many processes reduce ranks of `export_bytes` bytes of export at once here (this one and its local
+    pool's) with `workers` asked for (`plan_processes`)."""
+    return plan_processes(workers, export_bytes)[0]
 
 
-def plan_processes(workers: int | None, shares: Sequence[int]) -> tuple[int, str, bool]:
-    """How many processes reduce ranks of `shares` export bytes at once here, with `workers` asked for: that many,
-    at most one per rank; by default one per core, but no more than the memory available holds at once (each takes
+def plan_processes(workers: int | None, export_bytes: Sequence[int]) -> tuple[int, str, bool]:
+    """How many processes reduce ranks of `export_bytes` bytes of export at once here, with `workers` asked for: that
+    many, at most one per rank; by default one per core, but no more than the memory available holds at once (each takes
     one of the largest ranks: `limits.processes_that_fit`). And what to say about it, if anything: why fewer than
     one per core (information), or that the processes asked for may not fit in memory (True: a warning)."""
-    count = max(1, min(workers or default_workers(), len(shares)))
+    count = max(1, min(workers or default_workers(), len(export_bytes)))
     available = available_memory() if count > 1 else None
     if available is None:
         return count, "", False
-    fit = processes_that_fit(shares, available)
+    fit = processes_that_fit(export_bytes, available)
     if fit >= count:
         return count, "", False
-    largest = sorted(shares, reverse=True)[:count]
+    largest = sorted(export_bytes, reverse=True)[:count]
     if workers is None:
         return fit, (f"{fit} process{'es' if fit > 1 else ''} reduce{'s' if fit == 1 else ''} the ranks at once, not "
                      f"one per core ({count}): {_size(available)} of memory is available and the largest ranks need "
                      f"about {_size(rank_memory(largest[0]))} each (docs/memory.md); --workers sets the number"), False
-    need = sum(rank_memory(share) for share in largest)
+    need = sum(rank_memory(size) for size in largest)
     return count, (f"--workers={workers}: reducing {count} ranks at once needs about {_size(need)} of memory and "
                    f"{_size(available)} is available; a worker process may be killed for memory: --workers={fit} "
                    "fits"), True
@@ -240,15 +240,15 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 2**30:,.1f} GB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.0f} MB"
 
 
-def local_pool(workers: int | None, shares: Sequence[int],
+def local_pool(workers: int | None, export_bytes: Sequence[int],
                initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
-    """The local process pool for ranks of `shares` export bytes: `local_processes` reduce them, this one among
+    """The local process pool for ranks of `export_bytes` bytes of export: `local_processes` reduce them, this one among
     them, so the pool has one worker fewer (None when that leaves none: one worker asked for, one rank, or memory
     for one). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
     ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
     on it too. Its processes end with this one, however this one ends (killed too: dlagg/pool.py's `start_early` and
     `worker_initializer`)."""
-    count = local_processes(workers, shares) - 1
+    count = local_processes(workers, export_bytes) - 1
     if count < 1:
         return None
     from concurrent.futures import ProcessPoolExecutor  # loaded with the first pool (pool.py)
@@ -271,7 +271,7 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
     elif pool is not None:
         results = _on_pool(sources, task, pool, log)
     else:
-        own = local_pool(workers, [s.share for s in sources], initializer)
+        own = local_pool(workers, [s.export_bytes for s in sources], initializer)
         if own is None:
             results = []
             for source in sources:  # ranks, not events
@@ -284,10 +284,10 @@ def map_ranks(job: Job, task: Callable[[RankSource], RankFigures], *, workers: i
 
 
 def largest_first(sources: Sequence[RankSource]) -> list[RankSource]:
-    """The order ranks are reduced in: the largest first (`RankSource.share`), ties in rank order. On several
+    """The order ranks are reduced in: the largest first (`RankSource.export_bytes`), ties in rank order. On several
     processes the last ranks taken are then small ones, and the processes end together: a rank ten times the
     others' size taken last would run alone at the end."""
-    return sorted(sources, key=lambda s: -s.share)
+    return sorted(sources, key=lambda s: -s.export_bytes)
 
 
 def _done(figures: RankFigures, done: int, total: int, log: Log, where: str = "this process") -> None:

@@ -16,8 +16,9 @@ when vl-convert's JavaScript engine cannot start under the limit (it would abort
 
 Memory, not address space, bounds how many ranks the processes of a local pool reduce at once:
 `available_memory()` is what this process and its children may still take (the system's available
-memory, less where a cgroup limits the job: Slurm, Kubernetes, Docker); `rank_memory(share)` is what
-one process reducing a rank of `share` export bytes peaks at; `processes_that_fit(shares, available)`
+memory, less where a cgroup limits the job: Slurm, Kubernetes, Docker); `rank_memory(export_bytes)` is
+what one process reducing a rank of `export_bytes` bytes of export peaks at;
+`processes_that_fit(export_bytes, available)`
 how many processes can reduce the largest of the ranks at once within that.
 
 `usable_cores()` is the cores this process may run on: its CPU affinity (Slurm, taskset and numactl
@@ -133,16 +134,16 @@ def needed(export_bytes: int) -> int:
     return int(BASE_BYTES + PER_EXPORT_BYTE * export_bytes)
 
 
-def rank_memory(share: int) -> int:
-    """Peak resident memory of a process reducing a rank of `share` bytes of export (docs/memory.md)."""
-    return int(RANK_BASE_BYTES + RANK_PER_EXPORT_BYTE * share)
+def rank_memory(export_bytes: int) -> int:
+    """Peak resident memory of a process reducing a rank of `export_bytes` bytes of export (docs/memory.md)."""
+    return int(RANK_BASE_BYTES + RANK_PER_EXPORT_BYTE * export_bytes)
 
 
-def processes_that_fit(shares: Sequence[int], available: int) -> int:
+def processes_that_fit(export_bytes: Sequence[int], available: int) -> int:
     """How many processes can reduce ranks at once within `available` bytes (at least 1): each takes one of the
     largest ranks (they are reduced first), and the job's parent keeps every rank's figures besides."""
-    room = available - PARENT_PER_RANK * len(shares)
-    needs = [rank_memory(s) for s in sorted(shares, reverse=True)]
+    room = available - PARENT_PER_RANK * len(export_bytes)
+    needs = [rank_memory(s) for s in sorted(export_bytes, reverse=True)]
     taken = 0
     for count, need in enumerate(needs):  # ranks, not events
         taken += need

@@ -207,23 +207,23 @@ def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
     return paths, checked_pages(paths, options)  # (none with --check=false, nor of files found sound before)
 
 
-def _pool(options: Options, shares: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
+def _pool(options: Options, export_bytes: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
           writes: bool = False, previous: ProcessPoolExecutor | None = None) -> ProcessPoolExecutor | None:
-    """The local process pool for files or ranks of `shares` bytes, owned by `pools` (None: one, --workers=1, or
+    """The local process pool for files or ranks of `export_bytes` bytes, owned by `pools` (None: one, --workers=1, or
     memory for one rank at a time: `job.plan_processes`, said on stderr). With --scheduler the Dask cluster reduces
     the ranks, and a local pool is made only to write the outputs of a job of several ranks here (`writes`); its
     fork server starts now, importing dlagg while the cluster works. `previous`: the pool that probed the files,
     kept when it has processes enough for these ranks, else shut down (its fork server stays, for the new one)."""
     if options.scheduler and not writes:
         return None
-    count, note, warn = plan_processes(options.workers, shares)
+    count, note, warn = plan_processes(options.workers, export_bytes)
     if previous is not None:
         if count <= 1 + pool_size(previous):
             return previous
         previous.shutdown(wait=True)
     if note:
         (log.warn if warn else log.info)(note)
-    pool = local_pool(count, shares, worker_init)
+    pool = local_pool(count, export_bytes, worker_init)
     if pool is None:
         return None
     if options.scheduler:
@@ -238,7 +238,8 @@ def _ranks_pool(options: Options, job: Job, files_pool: ProcessPoolExecutor | No
     most)."""
     if len(job.sources) < 2 or (files_pool is not None and len(job.sources) == job.files):
         return files_pool
-    return _pool(options, [s.share for s in job.sources], worker_init, pools, log, writes=True, previous=files_pool)
+    sizes = [s.export_bytes for s in job.sources]
+    return _pool(options, sizes, worker_init, pools, log, writes=True, previous=files_pool)
 
 
 def _discovered(options: Options, paths: list[Path], workers: ProcessPoolExecutor | None, log: Log) -> Job:

@@ -566,9 +566,10 @@ def test_the_largest_ranks_are_reduced_first(tmp_path, capsys) -> None:
     two = two_process_export(tmp_path / "e.sqlite")
     job = discover(input_paths(str(tmp_path)))
     size = {p.stem: os.path.getsize(p) for p in tmp_path.glob("*.sqlite")}
-    assert [s.share for s in job.sources] == [size["a"], size["b"], size["c"], size["d"], *[size[two.stem] // 2] * 2]
+    sizes = [size["a"], size["b"], size["c"], size["d"], *[size[two.stem] // 2] * 2]
+    assert [s.export_bytes for s in job.sources] == sizes
     assert size["b"] > size["d"] > max(size["a"], size["c"], size[two.stem] // 2)
-    order = sorted(job.sources, key=lambda s: (-s.share, s.rank))
+    order = sorted(job.sources, key=lambda s: (-s.export_bytes, s.rank))
     assert [s.rank for s in largest_first(job.sources)] == [s.rank for s in order]
     code, err = run(capsys, f"--nsys_database={tmp_path}", "--reports=summary", "-b", "--workers=1",
                     f"--output_path={tmp_path / 'o'}")
@@ -708,10 +709,10 @@ def reduce_stand_in(source: SimpleNamespace, parent: int, fail_in: str = "", sta
 def test_this_process_and_the_pool_reduce_every_rank_once() -> None:
     """With 2 workers the pool has one worker process and this process is the other: between them every rank is
     reduced exactly once, each where the log says, and the ranks come back in rank order."""
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(12)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(12)]
     job = SimpleNamespace(sources=tuple(sources))
     stream = io.StringIO()
-    with local_pool(2, [s.share for s in sources]) as pool:
+    with local_pool(2, [s.export_bytes for s in sources]) as pool:
         assert pool._max_workers == 1  # type: ignore[attr-defined]
         pool.submit(os.getpid).result()  # the worker process is up: both lanes take ranks
         ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, stream),
@@ -749,7 +750,7 @@ def test_the_ranks_figures_are_kept_from_the_collector_until_the_run_ends(multi,
     """A full garbage collection visits every object held, while nothing else in the process runs: the ranks' figures,
     held until the merge, are frozen as they come (gc.freeze), and the run gives them back to the collector when it
     ends, leaving a caller's own frozen objects frozen."""
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(3)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(3)]
     job = SimpleNamespace(sources=tuple(sources))
     gc.unfreeze()  # what tests of map_ranks alone (no run around it) froze
     with collector_spared():
@@ -775,9 +776,9 @@ def test_no_rank_waits_for_a_worker_that_is_not_up() -> None:
     """A worker that takes long to start (here its initializer sleeps 3 s) is given no rank until it is up: this
     process reduces every rank meanwhile, and none waits in the pool's queue (the workers' fork server can still
     be importing dlagg when the first files are probed)."""
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(6)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(6)]
     job = SimpleNamespace(sources=tuple(sources))
-    with local_pool(2, [s.share for s in sources], partial(time.sleep, 3)) as pool:
+    with local_pool(2, [s.export_bytes for s in sources], partial(time.sleep, 3)) as pool:
         ranks = map_ranks(job, partial(reduce_stand_in, parent=os.getpid()), log=Log(DETAILED, io.StringIO()),
                           pool=pool)  # type: ignore[arg-type]
     assert [r.source.rank for r in ranks] == list(range(6))
@@ -816,9 +817,9 @@ def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: 
 
     monkeypatch.setattr(pool_module._Queue, "fail", fail_and_say)
     monkeypatch.setattr(pool_module._Queue, "take", take_and_check)
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(40)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(40)]
     job = SimpleNamespace(sources=tuple(sources))
-    with local_pool(2, [s.share for s in sources]) as pool:
+    with local_pool(2, [s.export_bytes for s in sources]) as pool:
         pool.submit(os.getpid).result()  # the worker process is up: both lanes start at once
         with pytest.raises(ValueError, match=r"rank \d+: cannot read it"):
             map_ranks(job, partial(reduce_stand_in, parent=os.getpid(), fail_in=fail_in, starts=starts,

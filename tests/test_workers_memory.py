@@ -204,7 +204,7 @@ def test_a_worker_that_dies_is_one_error_naming_its_rank(tmp_path: Path, how: st
     out-of-memory killer. With two pool workers (both die here) the error names the ranks the two were on, which
     rank on which worker being unknown, and still knows how they ended (the first lane to shut the pool down does
     not leave the other without the pool's processes)."""
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(8)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(8)]
     job = SimpleNamespace(sources=tuple(sources))
     with local_pool(workers, [0] * len(sources)) as pool:
         for _ in range(workers - 1):
@@ -241,7 +241,7 @@ def test_a_rank_whose_dask_workers_die_is_one_error_naming_it() -> None:
     distributed = pytest.importorskip("distributed")
     import dask
 
-    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), share=0) for rank in range(3)]
+    sources = [SimpleNamespace(rank=rank, path=Path(f"rank{rank}.sqlite"), export_bytes=0) for rank in range(3)]
     job = SimpleNamespace(sources=tuple(sources))
     settings = {"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0}
     with dask.config.set(settings), distributed.LocalCluster(

@@ -68,7 +68,7 @@ class RankSource:
     rank: int
     # bytes of its file over the file's ranks: about what the rank costs to read and reduce (the largest are
     # reduced first: job.largest_first)
-    share: int
+    export_bytes: int
 
 
 @dataclass(frozen=True)
@@ -416,8 +416,8 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None,
             pid, devs = f.processes[0] if f.processes else (0, ())
             sources.append((f.path, None, (pid >> PID_SHIFT) & PID_BITS, devs, f.host, f.size))
         else:
-            share = f.size // len(f.processes)
-            sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host, share)
+            export_bytes = f.size // len(f.processes)
+            sources.extend((f.path, gpid, (gpid >> PID_SHIFT) & PID_BITS, devs, f.host, export_bytes)
                            for gpid, devs in f.processes)
     notes = (*_check_traces(files), *_rank_warnings(files)) if files else ()
     env = [f.env_ranks[0] for f in files if len(f.env_ranks) == 1 and len(f.processes) <= 1]
@@ -432,8 +432,8 @@ def discover(paths: Sequence[Path], probe_all: ProbeAll | None = None,
             numbering = "one rank"
     by_rank = sorted(zip(ranks, sources, strict=True), key=lambda item: item[0])
     return Job(
-        sources=tuple(RankSource(path, process, pid, devs, host, rank, share)
-                      for rank, (path, process, pid, devs, host, share) in by_rank),
+        sources=tuple(RankSource(path, process, pid, devs, host, rank, export_bytes)
+                      for rank, (path, process, pid, devs, host, export_bytes) in by_rank),
         files=len(files),
         processes=sum(max(f.cuda_processes, len(f.processes)) for f in files),
         numbering=numbering,

@@ -122,10 +122,10 @@ class Samples:
         frame = table.frame
         aggregated = frame[frame["aggregated"].to_numpy(dtype=bool)]
         durations = aggregated["duration_ns"].to_numpy(dtype=np.float64)
-        its, inverse = np.unique(aggregated["iteration"].to_numpy(), return_inverse=True)
-        sums = np.bincount(inverse, weights=durations, minlength=len(its))
-        counts = np.bincount(inverse, minlength=len(its)).astype(np.float64)
-        return cls(sums, counts, float(durations.mean()) if len(durations) else math.nan, its)
+        numbers, inverse = np.unique(aggregated["iteration"].to_numpy(), return_inverse=True)
+        sums = np.bincount(inverse, weights=durations, minlength=len(numbers))
+        counts = np.bincount(inverse, minlength=len(numbers)).astype(np.float64)
+        return cls(sums, counts, float(durations.mean()) if len(durations) else math.nan, numbers)
 
     def rows(self, side: str) -> pd.DataFrame:
         """The samples as rows of the compare report's ``iterations`` table (SAMPLE_FIELDS); an
@@ -276,13 +276,13 @@ def _row_table_rows(baseline: Table | None, current: Table | None, base_its: int
     if not labels or not figures:
         return []
 
-    def indexed(table: Table | None, its: int) -> pd.DataFrame | None:
+    def indexed(table: Table | None, count: int) -> pd.DataFrame | None:
         if table is None:
             return None
         frame = table.frame.set_index(labels)
         for f in figures:
             if f.unit == NS and f.key in frame:
-                frame[f.key] = frame[f.key].to_numpy(dtype=np.float64) / its if its else np.nan
+                frame[f.key] = frame[f.key].to_numpy(dtype=np.float64) / count if count else np.nan
         return frame
 
     b, c = indexed(baseline, base_its), indexed(current, cur_its)
@@ -439,10 +439,10 @@ def differences(baseline: Side, current: Side) -> list[str]:
     if baseline.key_nodes != current.key_nodes:
         warnings.append(f"compare: the key nodes differ (baseline: {', '.join(baseline.key_nodes)}; current: "
                         f"{', '.join(current.key_nodes)}): an iteration may not be the same unit of work")
-    its = (baseline.iterations, current.iterations)
-    if its[0] != its[1]:
-        warnings.append(f"compare: the baseline aggregates {its[0]} iterations, the current profile {its[1]}: totals "
-                        "(Wall Clock Time) differ for that reason alone; compare the per-iteration figures")
+    counts = (baseline.iterations, current.iterations)
+    if counts[0] != counts[1]:
+        warnings.append(f"compare: the baseline aggregates {counts[0]} iterations, the current profile {counts[1]}: "
+                        "totals (Wall Clock Time) differ for that reason alone; compare the per-iteration figures")
     overlap = op_overlap(baseline, current)
     if overlap is not None and min(overlap[:2]) < OP_OVERLAP_WARN:
         shared_b, shared_c, n_b, n_c, common = overlap

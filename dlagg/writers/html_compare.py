@@ -71,12 +71,12 @@ def verdict_html(values: dict) -> str:
 
 
 def compare_cards(values: dict, frame: pd.DataFrame, profiles: pd.DataFrame) -> list[Card]:
-    its = dict(zip(profiles["side"].astype(str), profiles["aggregated_iterations"], strict=True))
+    counts = dict(zip(profiles["side"].astype(str), profiles["aggregated_iterations"], strict=True))
     before, after = number(values.get("baseline_iteration_time_ns")), number(values.get("current_iteration_time_ns"))
     ratio, low, high = (number(values.get(k)) for k in ("ratio", "ratio_ci_low", "ratio_ci_high"))
     confidence = number(values.get("confidence_pct"))
     cards = [Card("Iteration time", f"{duration(before)} → {duration(after)}",
-                  f"mean of {its.get('baseline', 0)} and {its.get('current', 0)} aggregated iterations")]
+                  f"mean of {counts.get('baseline', 0)} and {counts.get('current', 0)} aggregated iterations")]
     if math.isfinite(ratio):
         cards.append(Card("Ratio (current / baseline)", f"{ratio:.3f}",
                           f"{confidence:.0f} % CI {low:.3f} to {high:.3f}: {values.get('change')}"

@@ -133,7 +133,7 @@ def rank_title(rank: int | None) -> str:
 def summary_section(report: Report, page: Page) -> None:
     """The summary's key figures and partition, then the per-iteration and timeline sections."""
     values = report.table("summary").values
-    its = report.table("iterations_summary").values
+    timing = report.table("iterations_summary").values
     kernels = report.table("all_kernels").frame.set_index("kernels")
     part = page.section("summary", "Summary", order=ORDER["summary"])
     tc = values.get("tc_kernel_utilization_pct")
@@ -142,14 +142,15 @@ def summary_section(report: Report, page: Page) -> None:
     ranks = ranks_of(report.table("iterations"))
     per_gpu = "" if ranks == [None] else f", mean over {len(ranks)} ranks"
     part.cards([
-        Card("Iteration time", duration(float(its["iteration_time_avg_ns"])),
-             f"mean ± {duration(float(its['iteration_time_std_ns']))} over {its['aggregated_iterations']} iterations"),
+        Card("Iteration time", duration(float(timing["iteration_time_avg_ns"])),
+             f"mean ± {duration(float(timing['iteration_time_std_ns']))} "
+             f"over {timing['aggregated_iterations']} iterations"),
         Card("GPU utilization", percent(values["gpu_utilization_pct"]), f"time a kernel runs{per_gpu}"),
         Card("Tensor Core kernel utilization", percent(tc),
              "of the kernel time of Tensor-Core-eligible ops" if tc is not None else "no Tensor-Core-eligible op ran"),
         Card("Wall clock", duration(float(values["wall_clock_ns"])),
-             f"iterations {its['start_iteration']}–{its['stop_iteration']} of {its['total_iterations']} "
-             f"(key node {its['key_node']})"),
+             f"iterations {timing['start_iteration']}–{timing['stop_iteration']} of {timing['total_iterations']} "
+             f"(key node {timing['key_node']})"),
         Card("GPU time of kernels and copies", duration(float(kernels.loc["All kernels", "gpu_time_ns"])),
              f"{int(kernels.loc['All kernels', 'distinct_kernels']):,} distinct kernels (short names) and memory "
              "calls, "
@@ -496,11 +497,12 @@ def ranks_section(report: Report, page: Page) -> None:
         "tooltip": [{"field": "rank"}, {"field": "part", "title": "part"}, {"field": "ms", "format": ".3f"},
                     {"field": "total", "title": "iteration time (ms)", "format": ".3f"}]}),
         "mean iteration of each rank: compute kernels, communication no compute overlaps, copies, GPU idle")
-    its = per_iteration.frame
-    if not its.empty:
+    per_rank = per_iteration.frame
+    if not per_rank.empty:
         data = [{"rank": f"rank {r}", "it": int(i), "wait": w, "late": lt}
-                for r, i, w, lt in zip(its["rank"], its["iteration"], ms_values(its["comm_wait_ns"].to_numpy()),
-                                       ms_values(its["launch_lateness_ns"].to_numpy()), strict=True)]
+                for r, i, w, lt in zip(per_rank["rank"], per_rank["iteration"],
+                                       ms_values(per_rank["comm_wait_ns"].to_numpy()),
+                                       ms_values(per_rank["launch_lateness_ns"].to_numpy()), strict=True)]
         for field, title in (("wait", "communication wait (ms)"), ("late", "launch lateness (ms)")):
             part.chart(spec(width=WIDE - 200, height=200, data={"values": data}, mark={"type": "bar"}, encoding={
                 "x": {"field": "it", "type": "ordinal", "title": "iteration", "axis": {"labelAngle": 0}},

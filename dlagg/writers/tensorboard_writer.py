@@ -170,39 +170,39 @@ def iteration_scalars(summary: Report, ranks: Report | None = None,
     """Per-iteration scalar values from the summary's per-iteration figures, of each rank in `of` (None: a
     summary of one rank): index = iteration, one column per tag (NaN where undefined); with the ranks report,
     each rank's communication figures too. Computed for every rank at once, then cut into ranks."""
-    its = summary.table("iterations").frame
-    duration = its["duration_ns"].to_numpy(dtype=np.float64)
-    eligible_ns = its["tc_eligible_kernel_time_ns"].to_numpy(dtype=np.float64)
+    frame = summary.table("iterations").frame
+    duration = frame["duration_ns"].to_numpy(dtype=np.float64)
+    eligible_ns = frame["tc_eligible_kernel_time_ns"].to_numpy(dtype=np.float64)
     columns = {
         "iteration/time_ms": duration / NS_PER_MS,
-        "iteration/cpu_side_time_ms": its["cpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
-        "iteration/gpu_side_time_ms": its["gpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
+        "iteration/cpu_side_time_ms": frame["cpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
+        "iteration/gpu_side_time_ms": frame["gpu_side_ns"].to_numpy(dtype=np.float64) / NS_PER_MS,
     }
     with np.errstate(divide="ignore", invalid="ignore"):
         columns["iteration/gpu_utilization_pct"] = np.where(
-            duration > 0, 100.0 * its["gpu_busy_ns"].to_numpy(dtype=np.float64) / duration, np.nan)
+            duration > 0, 100.0 * frame["gpu_busy_ns"].to_numpy(dtype=np.float64) / duration, np.nan)
         columns["iteration/tensor_core_kernel_utilization_pct"] = np.where(
-            eligible_ns > 0, 100.0 * its["tc_eligible_tc_kernel_time_ns"].to_numpy(dtype=np.float64) / eligible_ns,
+            eligible_ns > 0, 100.0 * frame["tc_eligible_tc_kernel_time_ns"].to_numpy(dtype=np.float64) / eligible_ns,
             np.nan)
-    columns["iteration/kernel_count"] = its["kernels"].to_numpy(dtype=np.float64)
+    columns["iteration/kernel_count"] = frame["kernels"].to_numpy(dtype=np.float64)
     for name in PARTITION:
-        columns[f"duration_ms/{name}"] = its[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
-    if ranks is not None and "rank" in its:
+        columns[f"duration_ms/{name}"] = frame[f"{name}_ns"].to_numpy(dtype=np.float64) / NS_PER_MS
+    if ranks is not None and "rank" in frame:
         comm = ranks.table("iterations").frame
         at = pd.MultiIndex.from_frame(comm[["rank", "iteration"]]).get_indexer(
-            pd.MultiIndex.from_frame(its[["rank", "iteration"]]))  # -1: the rank's iteration is not in the report
+            pd.MultiIndex.from_frame(frame[["rank", "iteration"]]))  # -1: the rank's iteration is not in the report
         for key, tag in RANK_TAGS.items():
             values = comm[key].to_numpy(dtype=np.float64)
             columns[tag] = np.where(at >= 0, values[at], np.nan) / NS_PER_MS
-    iteration = its["iteration"].to_numpy()
-    aggregated = its["aggregated"].to_numpy(dtype=bool)
+    iteration = frame["iteration"].to_numpy()
+    aggregated = frame["aggregated"].to_numpy(dtype=bool)
     per = summary.table("op_type_iterations").frame
     known = per["op_type"].notna().to_numpy()
     calls = (per["iteration"].to_numpy()[known], per["op_type"].to_numpy(dtype=object)[known],
              per["gpu_time_ns"].to_numpy(dtype=np.int64)[known])
     per_rows = _rank_rows(per[known], of)
     scalars = {}
-    for rank, rows in _rank_rows(its, of).items():  # ranks, not events
+    for rank, rows in _rank_rows(frame, of).items():  # ranks, not events
         steps = iteration[rows]
         values = {tag: column[rows] for tag, column in columns.items()}
         call_iteration, call_type, call_ns = (c[per_rows[rank]] for c in calls)
