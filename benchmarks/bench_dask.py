@@ -1,5 +1,5 @@
 """Dask benchmark: the ranks reduced on Dask workers as dlagg finds them against workers that preload
-``dlagg.dask_preload`` (set up as dlagg's own processes: dlagg/tuning.py).
+``dlagg.dask_preload`` (set up as dlagg's own processes: dlagg/ranks/tuning.py).
 
 As found, under pandas 3 and Dask's defaults, a worker keeps the text pandas infers in Arrow, and its nanny fixes
 glibc's heap thresholds (MALLOC_TRIM_THRESHOLD_=65536), which maps every array over 128 KB on its own. Two
@@ -50,7 +50,7 @@ def main() -> int:
     args = parser.parse_args()
     import distributed
 
-    from dlagg.tuning import slow_setup
+    from dlagg.ranks.tuning import slow_setup
 
     logging.getLogger("distributed").setLevel(logging.ERROR)  # the clusters' closing lines
 

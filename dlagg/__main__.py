@@ -54,7 +54,7 @@ try:
 
     from .limits import out_of_memory_loading, small_thread_stacks  # standard library only: before memory runs out
     from .log import one_malloc_arena  # after the variables: it imports nothing of numpy or pyarrow
-    from .pool import pool_context, several_files, start_early  # standard library only
+    from .ranks.pool import pool_context, several_files, start_early  # standard library only
 
     one_malloc_arena()
     small_thread_stacks()  # before any thread: pyarrow's import starts one

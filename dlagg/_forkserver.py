@@ -1,4 +1,4 @@
-"""What the local pool's fork server imports before it forks workers (``pool.PRELOAD``); nothing else imports it.
+"""What the local pool's fork server imports before it forks workers (``ranks.pool.PRELOAD``); nothing else imports it.
 
 The workers run ``pipeline`` (ranks reduced, reports written), so the server imports it once and every worker
 starts with it. And when dlagg's process ends, the server ends at once: its normal exit tears down pandas,
@@ -15,7 +15,7 @@ import os
 import sys
 
 from .limits import is_out_of_memory, small_thread_stacks
-from .pool import SERVER_PARENT, die_with_parent
+from .ranks.pool import SERVER_PARENT, die_with_parent
 
 SERVER_PID = os.getpid()  # what a worker forked from here checks its parent against (pool._start_worker)
 _parent = os.environ.pop(SERVER_PARENT, "")  # set by pool.start_early in dlagg's main thread; not for the workers

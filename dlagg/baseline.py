@@ -8,8 +8,8 @@ Contract:
   files checked and its ranks found; for saved figures (``saved_file``), its options and its `Side`, loaded. None
   without --baseline.
 - ``reduce_side(options, job, names)`` reduces a baseline export to a `Side` exactly as ``pipeline.run``
-  reduces the current profile (``job.map_ranks`` then ``job.combine``), to the reports `names` (at least
-  ``side.NEEDS``).
+  reduces the current profile (``ranks.reduce.map_ranks`` then ``ranks.reduce.combine``), to the reports
+  `names` (at least ``side.NEEDS``).
 - ``saved_file(spec)`` is the figures file that a ``--baseline`` spec names (the file, or the folder a JSON run
   wrote it in: report ``figures``, reports/saved.py), None when the spec names exports; ``load(path)`` reads it
   back to a `Side`, or raises `InputError` (one line: what, which file, what to do) for a damaged file or one of
@@ -26,9 +26,9 @@ import pandas as pd
 
 from . import __version__
 from .errors import DlaggError, InputError, OptionsError
-from .job import combine, communication_needed, local_processes, map_ranks, rank_task
 from .log import Log
 from .options import Options
+from .ranks.reduce import combine, communication_needed, local_processes, map_ranks, rank_task
 from .reader import check_input
 from .reader.discover import Job, discover, input_paths
 from .reports.base import BASELINE, REPORTS

@@ -46,6 +46,7 @@ from .limits import (
 )
 from .log import DIAGNOSTIC, MINIMAL, NORMAL, Log
 from .options import FILE_FORMATS, REPORT_DESCRIPTIONS, VERBOSITIES, Baseline, Options
+from .ranks.tuning import tune_process
 from .record import (
     DEFAULT_BASE_NAME,
     DEFAULT_NSYS_OPTS,
@@ -56,7 +57,6 @@ from .record import (
     record,
     trace_warnings,
 )
-from .tuning import tune_process
 
 if TYPE_CHECKING:
     from .pipeline import Result

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tuning import tune_dask_worker
+from .ranks.tuning import tune_dask_worker
 
 
 def dask_setup(worker: Any) -> None:

@@ -3,12 +3,12 @@ combined over ranks -> writers.
 
 ``run(options)`` is what the CLI calls; it is usable as a library function too. One rank (one
 export with one GPU process) is reduced in this process, and each report is written while the next
-is built; several ranks are reduced by ``job.map_ranks`` (this process with a local process pool, or a
-Dask cluster) and combined by ``job.combine``, and each combined report is written while the next is
+is built; several ranks are reduced by ``ranks.reduce.map_ranks`` (this process with a local process pool, or a
+Dask cluster) and combined by ``ranks.reduce.combine``, and each combined report is written while the next is
 merged: on the local pool's worker processes once they have reduced the ranks (the writers are
 GIL-bound Python, so a writer thread would take its time from the merge), else on a writer thread.
 
-With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``job.with_ncu_rank``);
+With ``--ncu_report`` the roofline is analysed on the rank ncu profiled (``ranks.reduce.with_ncu_rank``);
 with ``--ncu_report`` alone (no nsys export) the roofline report is the only one
 (``reports.roofline.build_alone``), and asking for a report that needs an nsys export is an error.
 """
@@ -26,19 +26,6 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .baseline import baseline_input, no_baseline, reduce_side, saved_file
 from .errors import OptionsError, OutputError
-from .job import (
-    build_given,
-    collector_spared,
-    combine,
-    communication_needed,
-    local_pool,
-    map_ranks,
-    plan_processes,
-    probe_on_dask,
-    rank_task,
-    reduce_rank,
-    with_ncu_rank,
-)
 from .log import Log
 from .model import Iterations
 from .options import Options
@@ -53,7 +40,20 @@ from .output.folders import (
 )
 from .output.staging import check_output_names
 from .output.writes import WRITE_THREADS, Writes
-from .pool import pool_size, shared_map, start_early
+from .ranks.pool import pool_size, shared_map, start_early
+from .ranks.reduce import (
+    build_given,
+    collector_spared,
+    combine,
+    communication_needed,
+    local_pool,
+    map_ranks,
+    plan_processes,
+    probe_on_dask,
+    rank_task,
+    reduce_rank,
+    with_ncu_rank,
+)
 from .reader import check_input
 from .reader.cache import checked_pages
 from .reader.cache import usable as cache_usable
@@ -210,10 +210,11 @@ def _checked_inputs(options: Options, log: Log) -> tuple[list[Path], PageCheck]:
 def _pool(options: Options, export_bytes: list[int], worker_init: Callable[[], None] | None, pools: ExitStack, log: Log,
           writes: bool = False, previous: ProcessPoolExecutor | None = None) -> ProcessPoolExecutor | None:
     """The local process pool for files or ranks of `export_bytes` bytes, owned by `pools` (None: one, --workers=1, or
-    memory for one rank at a time: `job.plan_processes`, said on stderr). With --scheduler the Dask cluster reduces
-    the ranks, and a local pool is made only to write the outputs of a job of several ranks here (`writes`); its
-    fork server starts now, importing dlagg while the cluster works. `previous`: the pool that probed the files,
-    kept when it has processes enough for these ranks, else shut down (its fork server stays, for the new one)."""
+    memory for one rank at a time: `ranks.reduce.plan_processes`, said on stderr). With --scheduler the Dask
+    cluster reduces the ranks, and a local pool is made only to write the outputs of a job of several ranks here
+    (`writes`); its fork server starts now, importing dlagg while the cluster works. `previous`: the pool that probed
+    the files, kept when it has processes enough for these ranks, else shut down (its fork server stays, for the new
+    one)."""
     if options.scheduler and not writes:
         return None
     count, note, warn = plan_processes(options.workers, export_bytes)

@@ -1,6 +1,6 @@
 """The package's layering, checked from its source: imports only go down, and nothing hides a cycle.
 
-cli -> {pipeline, record} -> baseline -> {job, writers} -> reports -> expert -> comm -> context
+cli -> {pipeline, record} -> baseline -> {ranks, writers, output} -> reports -> expert -> comm -> context
 -> {ops, roofline} -> {timeline, classify} -> reader -> model. Every import counts, wherever it is written (at the top
 of a module, inside a function, under ``if TYPE_CHECKING``): a lazy import that would close a cycle
 is a cycle. The few modules every layer uses (errors, options, log, registry, the version) sit at the bottom;
@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
-    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "pool": 0, "tuning": 0, "registry": 0,
+    "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "registry": 0,
     "model": 1,
     "reader": 2,
     "timeline": 3, "classify": 3,
@@ -30,9 +30,9 @@ LAYERS = {
     "comm": 6,
     "expert": 7,
     "reports": 8,
-    "job": 9, "writers": 9,
-    "output": 9,  # the staging folder and the writer tasks that fill it (writers and the job of ranks use its errors)
-    "baseline": 10,  # the compare report's baseline: an export reduced with job, or saved figures read back
+    "ranks": 9, "writers": 9,  # ranks: the reduction of a job's ranks, its process pool and the processes' tuning
+    "output": 9,  # the staging folder and the writer tasks that fill it (the reduction of ranks uses its errors)
+    "baseline": 10,  # the compare report's baseline: an export reduced like the ranks, or saved figures read back
     "pipeline": 11, "record": 11,  # record: runs the program under nsys (the CLI's, before the pipeline)
     "cli": 12, "__main__": 13,
     "api": 12,  # dlagg.analyze, the library face: runs the pipeline (the package re-exports it lazily, by name)

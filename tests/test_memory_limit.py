@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from dlagg import limits, pool
+from dlagg import limits
+from dlagg.ranks import pool
 
 from .conftest import ROOT, ncu_csv, recording
 

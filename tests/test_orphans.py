@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dlagg.pool import watch_parent
+from dlagg.ranks.pool import watch_parent
 
 from .conftest import ROOT, fixture_path
 
@@ -138,7 +138,7 @@ def test_a_killed_multi_rank_run_leaves_no_process_and_writes_nothing_after(give
 
 def _sleeper(parent: int) -> subprocess.Popen[str]:
     """A process that watches `parent` (pool.watch_parent) and would otherwise sleep a minute."""
-    script = (f"import time; from dlagg.pool import watch_parent\nassert watch_parent({parent}, None)\n"
+    script = (f"import time; from dlagg.ranks.pool import watch_parent\nassert watch_parent({parent}, None)\n"
               "print('watching', flush=True); time.sleep(60)")
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
 

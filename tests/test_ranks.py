@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlagg import job as job_module
 from dlagg import limits
 from dlagg.cli import main
-from dlagg.job import collector_spared, largest_first, local_pool, map_ranks
 from dlagg.log import DETAILED, Log
 from dlagg.options import Options
 from dlagg.pipeline import run as pipeline_run
-from dlagg.pool import shared_map
+from dlagg.ranks import reduce as reduce_module
+from dlagg.ranks.pool import shared_map
+from dlagg.ranks.reduce import collector_spared, largest_first, local_pool, map_ranks
 from dlagg.reader import load_profile, read_threads
 from dlagg.reader.discover import discover, input_paths
 from dlagg.reader.schema import EVENT_TABLES
@@ -355,12 +355,12 @@ def test_dask_workers_that_cannot_say_their_setup_leave_the_note_out() -> None:
     tuning.py) leaves it out, and the run goes on."""
     class Client:
         def run(self, function):
-            raise ModuleNotFoundError("No module named 'dlagg.tuning'")
+            raise ModuleNotFoundError("No module named 'dlagg.ranks.tuning'")
 
     stream = io.StringIO()
-    job_module.setup_note(Client(), Log(DETAILED, stream))
+    reduce_module.setup_note(Client(), Log(DETAILED, stream))
     assert stream.getvalue() == ("dlagg: the Dask workers' setup not known (ModuleNotFoundError: No module named "
-                                 "'dlagg.tuning')\n")
+                                 "'dlagg.ranks.tuning')\n")
 
 
 def events(folder: Path) -> dict[str, list[bytes]]:
@@ -494,7 +494,7 @@ def test_a_spilled_table_reads_back_any_rows_exactly(tmp_path, monkeypatch) -> N
 
 def test_a_rank_whose_launches_cannot_be_kept_is_an_output_error(multi, tmp_path) -> None:
     from dlagg.errors import OutputError
-    from dlagg.job import reduce_rank
+    from dlagg.ranks.reduce import reduce_rank
 
     job = discover(input_paths(str(multi(PER))))
     blocked = tmp_path / "a_file"
@@ -507,7 +507,7 @@ def test_a_rank_whose_launches_cannot_be_kept_is_an_output_error(multi, tmp_path
 def test_a_rank_ships_its_system_config_not_the_whole_environment(multi) -> None:
     """What travels from a worker is small: of the export's system environment (the CPU list as JSON, the target's
     environment variables), only what the summary's System Config shows; that report is built before."""
-    from dlagg.job import reduce_rank
+    from dlagg.ranks.reduce import reduce_rank
 
     path = databases(multi(PER))[0]
     (rows, size), = query(path, "SELECT count(*), sum(length(CAST(value AS BLOB))) FROM TARGET_INFO_SYSTEM_ENV")
@@ -640,7 +640,7 @@ def test_files_probed_on_the_pool_give_the_same_job(multi, tmp_path) -> None:
 
 
 def test_the_pool_starts_early_only_for_several_files_on_a_local_pool(tmp_path: Path) -> None:
-    from dlagg.pool import several_files
+    from dlagg.ranks.pool import several_files
 
     one = tmp_path / "rank0.sqlite"
     one.touch()
@@ -676,7 +676,7 @@ def test_processes_that_reduce_ranks_at_once_share_the_cores_for_their_reads(mul
     monkeypatch.setattr(limits, "usable_cores", lambda: 6)
     threads: dict[int, list[int | None]] = {1: [], 2: []}
     for workers, seen in threads.items():
-        monkeypatch.setattr(job_module, "load_profile",
+        monkeypatch.setattr(reduce_module, "load_profile",
                             lambda path, process, n, seen=seen: seen.append(n) or load_profile(path, process, n))
         pipeline_run(Options(nsys_database=str(multi(PER)), reports=("ranks",), formats=("csv",), workers=workers,
                              suppress_tb_files=True, output_path=tmp_path / str(workers), verbosity="quiet",
@@ -737,7 +737,7 @@ def test_files_holding_several_ranks_get_a_process_per_rank_not_per_file(multi, 
         shutil.copy(databases(multi(ONE))[0], tmp_path / copy)
     monkeypatch.setattr(limits, "usable_cores", lambda: 8)
     seen: list[int | None] = []
-    monkeypatch.setattr(job_module, "load_profile",
+    monkeypatch.setattr(reduce_module, "load_profile",
                         lambda path, process, n: seen.append(n) or load_profile(path, process, n))
     result = pipeline_run(Options(nsys_database=str(tmp_path), reports=("ranks",), formats=("csv",), workers=4,
                                   suppress_tb_files=True, output_path=tmp_path / "out", verbosity="quiet"))
@@ -794,7 +794,7 @@ def test_a_rank_that_fails_in_either_lane_stops_the_map(fail_in: str, tmp_path: 
     it started, and the ranks that do not fail end only once it exists. Once the map knows, no lane takes another
     rank: the only ones that may still start are those the worker was given before (the one it is on, the one
     ahead: pool.shared_map)."""
-    from dlagg import pool as pool_module
+    from dlagg.ranks import pool as pool_module
 
     known = tmp_path / "failure_known"
     starts = tmp_path / "starts"

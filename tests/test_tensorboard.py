@@ -372,7 +372,7 @@ def test_existing_event_folder_needs_force_and_is_replaced_whole(tmp_path: Path,
         raise AssertionError("the database was read before the --force check")
 
     with monkeypatch.context() as patch:
-        patch.setattr("dlagg.job.load_profile", must_not_read)
+        patch.setattr("dlagg.ranks.reduce.load_profile", must_not_read)
         with pytest.raises(OutputError, match=r"event_files/dlagg: already exists; pass --force"):
             run(options)
     run(Options(**{**options.__dict__, "force": True}))

@@ -23,11 +23,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlagg import job as job_module
 from dlagg.errors import WorkerLost
-from dlagg.job import local_pool, map_ranks, plan_processes
 from dlagg.limits import available_memory, processes_that_fit, usable_cores
-from dlagg.pool import worker_lost
+from dlagg.ranks import reduce as reduce_module
+from dlagg.ranks.pool import worker_lost
+from dlagg.ranks.reduce import local_pool, map_ranks, plan_processes
 
 from .conftest import ROOT
 
@@ -123,9 +123,9 @@ def test_processes_that_fit_take_the_largest_ranks_first() -> None:
 def test_by_default_no_more_processes_than_memory_holds(monkeypatch) -> None:
     """Sixteen ranks of 1 GB (1,716 MB each at once) on 8 cores: 5 GB (5,120 MB, of which 32 MB the parent's
     figures) holds 2 at once. Asked for 8 (--workers), dlagg runs 8 and warns, naming what fits."""
-    monkeypatch.setattr(job_module, "default_workers", lambda: 8)
+    monkeypatch.setattr(reduce_module, "default_workers", lambda: 8)
     shares = [GB] * 16
-    monkeypatch.setattr(job_module, "available_memory", lambda: 5 * GB)
+    monkeypatch.setattr(reduce_module, "available_memory", lambda: 5 * GB)
     count, note, warn = plan_processes(None, shares)
     assert (count, warn) == (2, False)
     assert note.startswith("2 processes reduce the ranks at once, not one per core (8): 5.0 GB of memory is "
@@ -135,9 +135,9 @@ def test_by_default_no_more_processes_than_memory_holds(monkeypatch) -> None:
     assert note.startswith("--workers=8: reducing 8 ranks at once needs about 13.4 GB of memory and 5.0 GB is "
                            "available") and note.endswith("--workers=2 fits")
     assert plan_processes(2, shares) == (2, "", False)
-    monkeypatch.setattr(job_module, "available_memory", lambda: 64 * GB)
+    monkeypatch.setattr(reduce_module, "available_memory", lambda: 64 * GB)
     assert plan_processes(None, shares) == (8, "", False)
-    monkeypatch.setattr(job_module, "available_memory", lambda: None)  # not Linux: one per core
+    monkeypatch.setattr(reduce_module, "available_memory", lambda: None)  # not Linux: one per core
     assert plan_processes(None, shares) == (8, "", False)
     assert plan_processes(None, [GB] * 3) == (3, "", False)  # one per rank at most
 

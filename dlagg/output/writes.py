@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..log import Log, release_free_memory
-from ..pool import worker_lost
+from ..ranks.pool import worker_lost
 from ..reports import REPORTS, Report
 from ..reports.figures import Table
 from ..writers import WRITERS, RunInfo

@@ -67,7 +67,7 @@ class RankSource:
     host: str  # the recording machine's host name ('' when not recorded)
     rank: int
     # bytes of its file over the file's ranks: about what the rank costs to read and reduce (the largest are
-    # reduced first: job.largest_first)
+    # reduced first: ranks.reduce.largest_first)
     export_bytes: int
 
 

@@ -73,7 +73,7 @@ class RankFigures:
     meta: ProfileMeta
     gpus: pd.DataFrame  # device_id, name, ... of the rank's export
     iterations: Iterations
-    reports: dict[str, Report]  # a job's merge may drop each once merged (job.combine's `release`)
+    reports: dict[str, Report]  # a job's merge may drop each once merged (ranks.reduce.combine's `release`)
     ops: pd.DataFrame  # the rank's ops by name: op_key, op_type, order, forward_op_key (for Op IDs over ranks)
     comm: RankComm | None
     warnings: tuple[str, ...]

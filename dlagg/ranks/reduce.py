@@ -36,24 +36,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from .comm import RankInput, match_collectives, rank_comm
-from .context import RankContext
-from .errors import DlaggError, OptionsError, WorkerLost
-from .limits import available_memory, processes_that_fit, rank_memory, usable_cores
-from .log import Log, peak_mb
-from .model import Iterations, Profile, share
-from .options import Options
-from .output.staging import output_error
+from ..comm import RankInput, match_collectives, rank_comm
+from ..context import RankContext
+from ..errors import DlaggError, OptionsError, WorkerLost
+from ..limits import available_memory, processes_that_fit, rank_memory, usable_cores
+from ..log import Log, peak_mb
+from ..model import Iterations, Profile, share
+from ..options import Options
+from ..output.staging import output_error
+from ..reader import load_profile, read_threads
+from ..reader.cache import cached_profile
+from ..reader.discover import Job, RankSource, with_profile_facts
+from ..reports import REPORTS, Report
+from ..reports.base import GIVEN, JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
+from ..reports.roofline import tc_warning
+from ..reports.summary import config_env
+from ..timeline.correlate import KERNEL
+from ..timeline.iterations import detect_iterations, near_names
 from .pool import pool_context, shared_map, start_early, worker_initializer
-from .reader import load_profile, read_threads
-from .reader.cache import cached_profile
-from .reader.discover import Job, RankSource, with_profile_facts
-from .reports import REPORTS, Report
-from .reports.base import GIVEN, JOB, MERGERS, NCU, JobFigures, RankFigures, build_order
-from .reports.roofline import tc_warning
-from .reports.summary import config_env
-from .timeline.correlate import KERNEL
-from .timeline.iterations import detect_iterations, near_names
 from .tuning import slow_setup
 
 if TYPE_CHECKING:
@@ -244,9 +244,9 @@ def local_pool(workers: int | None, export_bytes: Sequence[int],
                initializer: Callable[[], None] | None = None) -> ProcessPoolExecutor | None:
     """The local process pool for ranks of `export_bytes` bytes of export: `local_processes` reduce them, this one among
     them, so the pool has one worker fewer (None when that leaves none: one worker asked for, one rank, or memory
-    for one). Its workers fork from a fork server that has imported dlagg (dlagg/pool.py). The caller owns it (a
+    for one). Its workers fork from a fork server that has imported dlagg (dlagg/ranks/pool.py). The caller owns it (a
     ``with`` block): `map_ranks` reduces the ranks on it and in this process, and the run then writes its outputs
-    on it too. Its processes end with this one, however this one ends (killed too: dlagg/pool.py's `start_early` and
+    on it too. Its processes end with this one, however this one ends (killed too: pool.py's `start_early` and
     `worker_initializer`)."""
     count = local_processes(workers, export_bytes) - 1
     if count < 1:

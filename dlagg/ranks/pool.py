@@ -27,8 +27,8 @@ from concurrent.futures import BrokenExecutor, Executor, Future
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from .errors import WorkerLost
-from .limits import address_space_limit, usable_cores
+from ..errors import WorkerLost
+from ..limits import address_space_limit, usable_cores
 
 T = TypeVar("T")
 R = TypeVar("R")

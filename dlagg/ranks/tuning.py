@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from .log import heap_as_adapted, one_malloc_arena
+from ..log import heap_as_adapted, one_malloc_arena
 
 # glibc's environment variables that fix a heap threshold, which turns its adaptive thresholds off (mallopt(3)).
 HEAP_FIXED_BY = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
