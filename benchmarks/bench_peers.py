@@ -60,8 +60,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_SOURCE = (REPO.parent / "shared" / "fixtures" / "nsys-2022.4" / "transformer_amp_large"
-                 / "transformer_amp_large.sqlite.gz")
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_dlagg import READ_CHUNK, SHARED_SOURCE, warm  # noqa: E402 - the same export, read the same way
+
 GOALS = {"nsys stats": 8.0, "nsys-ai diagnose": 5.0}  # dlagg at least this many times faster than the peer
 INSTALL = {
     "nsys stats": "Debian 12 non-free: apt-get download nsight-systems nsight-systems-target, dpkg -x each "
@@ -70,7 +72,6 @@ INSTALL = {
                         "(plus DuckDB's SQLite extension: see this script's docstring), then --nsys-ai PATH",
 }
 FALLBACK = "falling back to SQLite"  # nsys-ai's note when DuckDB cannot read the export
-READ_CHUNK = 16 << 20  # bytes per read when warming the page cache
 REPEATS = 3
 
 # Prepares one run in its own empty folder (untimed: copies, warming) and returns (command, cwd, environment).
@@ -87,12 +88,6 @@ class Tool:
     second: list[float] = field(default_factory=list)  # the same command again on that copy (--cached)
     failure: str = ""  # the last stderr line of a failed run
     notes: set[str] = field(default_factory=set)
-
-
-def warm(path: Path) -> None:
-    with path.open("rb") as handle:
-        while handle.read(READ_CHUNK):
-            pass
 
 
 def prepare_input(source: Path, workdir: Path) -> Path:
