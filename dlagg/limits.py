@@ -106,11 +106,16 @@ def room() -> int | None:
 JS_ENGINE_RESERVATION = 65 << 30
 
 
-def js_engine_refused(what: str) -> str | None:
-    """None when the JavaScript engine can start under this process's address-space limit; else the warning saying
-    that `what` (the thing it would have made) is left out, and how to get it."""
+def js_engine_fits() -> bool:
+    """Whether the JavaScript engine can start under this process's address-space limit (or no limit)."""
     left = room()
-    if left is None or left >= JS_ENGINE_RESERVATION:
+    return left is None or left >= JS_ENGINE_RESERVATION
+
+
+def js_engine_refused(what: str) -> str | None:
+    """None when the JavaScript engine can start (`js_engine_fits`); else the warning saying that `what` (the thing
+    it would have made) is left out, and how to get it."""
+    if js_engine_fits():
         return None
     return (f"{what}: the JavaScript engine that draws them (V8, in vl-convert) reserves 64 GiB of address space "
             f"when it starts, more than the address-space limit of {_mb(address_space_limit() or 0)} leaves "

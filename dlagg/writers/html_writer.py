@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from ..limits import js_engine_refused
+from ..limits import js_engine_fits, js_engine_refused
 from ..options import cache_folder
 from ..reports.base import Report, one_per_cause
 from .base import RunInfo, Writer, atomic_write, writer
@@ -69,7 +69,7 @@ def vega_bundle() -> str:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         pass
-    if js_engine_refused("") is not None:
+    if not js_engine_fits():
         return ""
     bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # its stub calls the optional snippet required
     try:
