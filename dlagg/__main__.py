@@ -30,7 +30,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from .errors import interrupted, on_signal
+from .errors import interrupted, on_signal, received
 
 # First of all, SIGINT and SIGTERM: from here on either one, at any moment (a run's imports alone take a while), ends
 # the run with one line and 130 or 143 (cli.main, or `_end_interrupted` outside it), never a traceback or a silent
@@ -85,6 +85,9 @@ def main() -> NoReturn:
         try:
             from .cli import entry  # light: the pipeline (pandas, pyarrow, numpy) is imported once a run starts
         except (MemoryError, ImportError) as exc:
+            signalled = received()
+            if signalled is not None:  # the interruption, turned into an ImportError by the module it stopped
+                _end_interrupted(signalled)
             if isinstance(exc, ImportError) and "failed to map segment" not in str(exc):
                 raise
             # an address-space limit too small for the libraries themselves (a traceback otherwise)

@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import __version__
-from .errors import DlaggError, OptionsError, interrupted
+from .errors import DlaggError, OptionsError, interrupted, received
 from .limits import (
     address_space_limit,
     end_run_when_a_thread_runs_out,
@@ -479,20 +479,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = Log(options.level, strict=args.strict)
     try:
         return _run(options, log, args, program)
-    except DlaggError as exc:
-        print(f"dlagg: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGINT or SIGTERM given to the command (dlagg/__main__.py)
-        line, code = interrupted(exc)
-        if thread_ran_out():  # the interruption came from a thread the system refused memory (`entry`)
-            line, code = f"dlagg: error: {out_of_memory(_input_path(options))}", OUT_OF_MEMORY
-        print(line, file=sys.stderr)
-        return code
+        return _interrupted(exc, options)
     except Exception as exc:
+        signalled = received()
+        if signalled is not None:  # the error is the interruption's, turned into another by a library
+            return _interrupted(signalled, options)
+        if isinstance(exc, DlaggError):
+            print(f"dlagg: error: {exc}", file=sys.stderr)
+            return exc.exit_code
         if is_out_of_memory(exc):  # MemoryError, and a thread, a module or a mapping the system had no room for
             print(f"dlagg: error: {out_of_memory(_input_path(options))}", file=sys.stderr)
             return OUT_OF_MEMORY
         return _internal(options, exc)  # a bug: one line, the traceback only when asked for
+
+
+def _interrupted(exc: KeyboardInterrupt, options: Options) -> int:
+    """The one line of an interrupted run, and its exit status."""
+    line, code = interrupted(exc)
+    if thread_ran_out():  # the interruption came from a thread the system refused memory (`entry`)
+        line, code = f"dlagg: error: {out_of_memory(_input_path(options))}", OUT_OF_MEMORY
+    print(line, file=sys.stderr)
+    return code
 
 
 def run(options: Options, log: Log, **kwargs: Any) -> Result:

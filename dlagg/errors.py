@@ -50,9 +50,22 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_RECEIVED: list[int] = []
+
+
 def on_signal(signum: int, _frame: object) -> None:
     """The command's SIGINT and SIGTERM handler: the run unwinds from wherever it is (imports included)."""
+    _RECEIVED.append(signum)
     raise Interrupted(signum)
+
+
+def received() -> Interrupted | None:
+    """The interruption, if the command was given SIGINT or SIGTERM, whatever became of its exception.
+
+    A library may turn the KeyboardInterrupt into its own error: raised while numpy's extension module initialises
+    (pandas importing it), it comes out as pandas' "ImportError: Unable to import required dependency numpy". The
+    run still ends as interrupted, not with an internal error."""
+    return Interrupted(_RECEIVED[0]) if _RECEIVED else None
 
 
 def interrupted(exc: BaseException) -> tuple[str, int]:

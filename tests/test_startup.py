@@ -193,3 +193,32 @@ def test_ctrl_c_at_the_terminal_during_a_pooled_run_is_one_line(moment: str, mul
     out = tmp_path / "out"
     done, sent = interrupt(folder, out, moments[moment], signal.SIGINT, group=True)
     assert_one_line(done, sent, signal.SIGINT, out)
+
+
+@pytest.mark.parametrize("signalled", [True, False], ids=["signal received", "no signal"])
+def test_an_interruption_a_library_turned_into_its_own_error_is_still_the_one_line(
+        signalled: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The handler's KeyboardInterrupt, raised while numpy's extension module initialises under pandas' import, comes
+    out as pandas' ImportError: the run ends as interrupted all the same. The same error with no signal is a bug."""
+    from dlagg import cli, errors
+
+    monkeypatch.setattr(errors, "_RECEIVED", [])
+
+    def import_stopped() -> None:
+        try:
+            if signalled:
+                errors.on_signal(signal.SIGINT, None)
+            raise ImportError("numpy's extension module failed to initialise")
+        except ImportError as exc:  # what pandas does with any error of numpy's import
+            raise ImportError("Unable to import required dependency numpy.") from exc
+        except KeyboardInterrupt as exc:
+            raise ImportError("Unable to import required dependency numpy.") from exc
+
+    monkeypatch.setattr(cli, "_pipeline", import_stopped)
+    code = cli.main([f"--nsys_database={recording('resnet_amp')}", f"--output_path={tmp_path / 'out'}"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    if signalled:
+        assert (code, last) == (130, "dlagg: interrupted (SIGINT); no partial output was left behind")
+    else:
+        assert code == 3 and last.startswith("dlagg: internal error on resnet_amp.sqlite: ImportError: Unable"), last
+    assert not (tmp_path / "out").exists()
