@@ -33,6 +33,7 @@ import pandas as pd
 from .classify import uses_tensor_cores
 from .model import Iterations, Profile, categorical, factorize_ids, rows_where
 from .ops import Ops, find_ops
+from .ops.cache import OpsCache, digest_of
 from .options import Options
 from .reader.schema import PID_MASK
 from .roofline import KernelMatch, Roofline, analyse, measured_tc
@@ -65,11 +66,13 @@ class RankContext:
     are the same with GPU-side ends (``model.Iterations``), which every report uses.
     """
 
-    def __init__(self, profile: Profile, iterations: Iterations, options: Options, rank: int | None = None) -> None:
+    def __init__(self, profile: Profile, iterations: Iterations, options: Options, rank: int | None = None,
+                 ops_cache: OpsCache | None = None) -> None:
         self.profile = profile
         self.detected = iterations
         self.options = options
         self.rank = rank  # this rank's number in its job (None: not known, as in a one-rank run)
+        self.ops_cache = ops_cache  # where the ops found are kept for the next run on the file (None: nowhere)
 
     @cached_property
     def work(self) -> pd.DataFrame:
@@ -165,8 +168,22 @@ class RankContext:
 
     @cached_property
     def ops(self) -> Ops:
-        """Op instances from NVTX, the ops they group into, and the op of each `work` row (see dlagg.ops)."""
-        return find_ops(self.profile, self.iterations, self.work, self.uses_tc, self.options.domains)
+        """Op instances from NVTX, the ops they group into, and the op of each `work` row (see dlagg.ops); from the
+        cache when a run on the same file found them for the same inputs (`ops_inputs`)."""
+        def found() -> Ops:
+            return find_ops(self.profile, self.iterations, self.work, self.uses_tc, self.options.domains)
+
+        return found() if self.ops_cache is None else self.ops_cache.ops(self.ops_inputs(), found)
+
+    def ops_inputs(self) -> str:
+        """A digest of what the op search reads besides the profile: the iteration windows (not which of them are
+        aggregated), the domains and each kernel's Tensor Core use (which ncu may have measured)."""
+        its, detected = self.iterations, self.detected
+        ends = [a for a in (its.key_ends, its.gpu_ends) if a is not None]
+        tc = self._uses_tc_by_id
+        return digest_of(its.key_node, its.found, list(its.candidates), its.starts, its.ends, len(ends), *ends,
+                         detected.starts, detected.launch_ends, list(self.options.domains), len(self.work),
+                         tc.index.to_numpy(), tc.to_numpy(dtype=bool))
 
     @cached_property
     def op_instances(self) -> pd.DataFrame:

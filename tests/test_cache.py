@@ -43,8 +43,10 @@ def run(capsys, tmp_path: Path, out: str, inputs: str, *args: str) -> tuple[dict
     return written, err
 
 
-def entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+def entries(folder: Path, kind: str = "") -> list[Path]:
+    """The read's entries in `folder` (`kind=".ops"`: the ops' entries)."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  and (p.name.endswith(kind) if kind else "." not in p.name))
 
 
 def two_ranks_nsys(multi) -> str:
@@ -258,3 +260,70 @@ def test_an_exports_ranks_are_probed_once_and_again_when_damaged_or_changed(tmp_
     os.utime(export, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
     changed, _ = run(capsys, tmp_path, "changed", str(export), f"--cache_dir={folder}", *quick)
     assert changed == first and probed == [export, export] and len(list(folder.glob("*.ranks.json"))) == 2
+
+
+def counting_op_search(monkeypatch) -> list[int]:
+    """Count the op searches of in-process runs (`RankContext.ops` calls `find_ops`)."""
+    import dlagg.context
+
+    calls: list[int] = []
+    search = dlagg.context.find_ops
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(dlagg.context, "find_ops", counted)
+    return calls
+
+
+def test_a_second_look_takes_the_ops_from_the_cache_unless_what_they_depend_on_changed(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    """Other iteration bounds find the same ops (the search spans the whole profile): no second search, the bytes of
+    a run without the cache. Another key node (other iteration windows) searches again."""
+    export = str(recording("resnet_amp"))
+    folder = tmp_path / "cache"
+    calls = counting_op_search(monkeypatch)
+    bounds = ("--iter_start=2", "--iter_stop=4")
+    run(capsys, tmp_path, "cold", export, f"--cache_dir={folder}")
+    assert len(calls) == 1 and len(entries(folder, ".ops")) == 1
+    warm, err = run(capsys, tmp_path, "warm", export, f"--cache_dir={folder}", *bounds)
+    assert len(calls) == 1 and not notes(err)
+    assert warm == run(capsys, tmp_path, "plain", export, "--cache=false", *bounds)[0]
+    assert len(calls) == 2  # (the run without the cache)
+    other, _ = run(capsys, tmp_path, "other_key", export, f"--cache_dir={folder}", "--key_node=forward")
+    assert len(calls) == 3 and len(entries(folder, ".ops")) == 2
+    assert other == run(capsys, tmp_path, "other_plain", export, "--cache=false", "--key_node=forward")[0]
+
+
+def _ops_truncated(entry: Path) -> None:
+    path = entry / "instances.parquet"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _ops_fewer_rows(entry: Path) -> None:
+    path = entry / "work_instance.parquet"
+    pq.write_table(pq.read_table(path).slice(0, 10), path)
+
+
+def _ops_of_another_key(entry: Path) -> None:
+    manifest = json.loads((entry / cache.MANIFEST).read_text())
+    manifest["key"]["inputs"] = "0" * 64
+    (entry / cache.MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage", quick_on(_ops_truncated, [_ops_truncated, _ops_fewer_rows, _ops_of_another_key],
+                                            pytest.mark.variants))
+def test_damaged_cached_ops_are_one_note_and_found_again(damage, tmp_path: Path, capsys, monkeypatch) -> None:
+    export = str(recording("resnet_amp"))
+    folder = tmp_path / "cache"
+    uncached, _ = run(capsys, tmp_path, "plain", export, "--cache=false")
+    run(capsys, tmp_path, "cold", export, f"--cache_dir={folder}")
+    (entry,) = entries(folder, ".ops")
+    damage(entry)
+    calls = counting_op_search(monkeypatch)
+    again, err = run(capsys, tmp_path, "damaged", export, f"--cache_dir={folder}")
+    assert again == uncached and len(calls) == 1
+    assert len(notes(err)) == 1 and "cached ops" in notes(err)[0] and "damaged" in notes(err)[0], err
+    rebuilt, err = run(capsys, tmp_path, "rebuilt", export, f"--cache_dir={folder}")
+    assert rebuilt == uncached and not notes(err) and len(calls) == 1

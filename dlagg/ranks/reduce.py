@@ -42,6 +42,7 @@ from ..errors import DlaggError, OptionsError, WorkerLost
 from ..limits import available_memory, processes_that_fit, rank_memory, usable_cores
 from ..log import Log, peak_mb
 from ..model import Iterations, Profile, share
+from ..ops.cache import OpsCache
 from ..options import Options
 from ..output.staging import output_error
 from ..reader import load_profile, read_threads
@@ -149,7 +150,8 @@ def reduce_rank(source: RankSource, options: Options, names: Sequence[str], *, c
                f"nsys {profile.meta.nsys_version or 'version unknown'}")
     where = f" ({source.path.name}, rank {source.rank})" if many_ranks else ""
     iterations, warnings = _rank_iterations(profile, options, source, many_ranks, log)
-    ctx = RankContext(profile, iterations, options, rank=source.rank)
+    ctx = RankContext(profile, iterations, options, rank=source.rank,
+                      ops_cache=OpsCache.of(source.path, source.process, options))
     iterations = ctx.iterations  # with GPU-side ends: what every report and output describes
     if ctx.has_roofline:  # before any report: a bad ncu CSV or peaks file stops the run before it writes
         with log.stage(f"read and matched {os.path.basename(str(options.ncu_report))}"):

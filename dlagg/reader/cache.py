@@ -4,6 +4,7 @@ Contract: ``cached_profile(path, process, threads, use=, folder=, level=) -> Pro
 cache: what the reader yields for one file (and one process of it) is kept as Parquet files in one folder per entry,
 and a later call on the unchanged file reads them back instead. Only the reader's output is kept, which no option
 changes (iterations, key node, reports and formats are all decided later), so every option may differ between runs.
+(ops/cache.py keeps the op search's result beside the entries, with its own key.)
 
 - **Key.** The file's name, size, modification time and a SHA-256 of its first and last 64 KiB; the process read;
   dlagg's version, a digest of the reader's and the model's source, the cache format, pandas' and pyarrow's versions
@@ -93,7 +94,7 @@ def usable(options: Options, log: Log) -> Options:
     if writable:
         return options
     if log.level >= MINIMAL:
-        _note(f"the cache folder {shown(folder)} cannot be written; reading without a cache (--cache_dir sets "
+        note(f"the cache folder {shown(folder)} cannot be written; reading without a cache (--cache_dir sets "
               "another, --cache=false turns it off)")
     _noted_unwritable = True
     return replace(options, cache=False)
@@ -125,7 +126,7 @@ def checked_pages(paths: Sequence[Path], options: Options) -> PageCheck:
     return PageCheck(todo, sound)
 
 
-def _note(text: str) -> None:
+def note(text: str) -> None:
     print(f"dlagg: note: {text}", file=sys.stderr, flush=True)
 
 
@@ -186,7 +187,7 @@ def cached_profile(path: str | Path, process: int | None = None, threads: int | 
             if is_out_of_memory(exc):  # (Arrow's thread pool too) no damage: the entry stays, the run says it
                 raise
             if level >= MINIMAL:
-                _note(f"the cached read of {shown(path.name)} is damaged ({_reason(exc)}); reading the file again")
+                note(f"the cached read of {shown(path.name)} is damaged ({reason(exc)}); reading the file again")
             discard(entry)
     profile = read(path, process, threads)
     store(root, entry, ident, profile, level)
@@ -225,7 +226,7 @@ def cached_answer(path: Path, kind: str, compute: Callable[[], dict[str, Any]], 
     return build(answer)
 
 
-def _reason(exc: Exception) -> str:
+def reason(exc: Exception) -> str:
     text = " ".join(str(exc).split())
     return shown(text[:200] or type(exc).__name__)
 
@@ -241,8 +242,14 @@ def discard(entry: Path) -> None:
 
 
 def store(root: Path, entry: Path, ident: dict[str, Any], profile: Profile, level: int = MINIMAL) -> None:
-    """Write `profile` as the entry `entry` of `root`, atomically; a folder that cannot be written is one note per
-    process (`usable` has usually said it before) and the run goes on."""
+    """Write `profile` as the entry `entry` of `root` (`store_entry`)."""
+    store_entry(root, entry, partial(write_entry, ident=ident, profile=profile), level)
+
+
+def store_entry(root: Path, entry: Path, write: Callable[[Path], None], level: int = MINIMAL) -> None:
+    """The entry folder `entry` of `root`, its files written by `write(folder)` into a temporary folder renamed into
+    place; `write` raising `Unsupported` leaves no entry. A folder that cannot be written is one note per process
+    (`usable` has usually said it before) and the run goes on."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
@@ -250,7 +257,7 @@ def store(root: Path, entry: Path, ident: dict[str, Any], profile: Profile, leve
         _unwritable(root, exc, level)
         return
     try:
-        write_entry(temporary, ident, profile)
+        write(temporary)
         os.rename(temporary, entry)
     except Unsupported:
         pass
@@ -264,7 +271,7 @@ def store(root: Path, entry: Path, ident: dict[str, Any], profile: Profile, leve
 def _unwritable(root: Path, exc: OSError, level: int) -> None:
     global _noted_unwritable
     if not _noted_unwritable and level >= MINIMAL:
-        _note(f"could not write the cache in {shown(root)} ({exc.strerror or exc}); the run goes on without it")
+        note(f"could not write the cache in {shown(root)} ({exc.strerror or exc}); the run goes on without it")
     _noted_unwritable = True
 
 
@@ -323,13 +330,14 @@ def _encoded(values: pd.Series | pd.Index) -> tuple[pa.Array, dict[str, Any]]:
     dtype = values.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         categories = dtype.categories
-        if categories.dtype != object or not all(isinstance(c, str) for c in categories):
+        text = isinstance(categories.dtype, pd.StringDtype) or categories.dtype == object
+        if not text or not all(isinstance(c, str) for c in categories):
             raise Unsupported("categories other than text")
         codes = np.asarray(values.cat.codes if isinstance(values, pd.Series) else values.codes)
-        return pa.array(codes), {"kind": "category", "ordered": bool(dtype.ordered), "categories": list(categories)}
+        return pa.array(codes), {"kind": "category", "ordered": bool(dtype.ordered), "categories": list(categories),
+                                 "text": _text_dtype(categories.dtype)}
     if isinstance(dtype, pd.StringDtype):
-        na = "nan" if dtype.na_value is np.nan else "NA"
-        return pa.array(values.array), {"kind": "string", "storage": dtype.storage, "na": na}
+        return pa.array(values.array), {"kind": "string", **_text_dtype(dtype)}
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.name in ("Int64", "Int32", "Float64", "boolean"):
         return pa.array(values.array), {"kind": "masked", "dtype": dtype.name}
     if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
@@ -340,6 +348,20 @@ def _encoded(values: pd.Series | pd.Index) -> tuple[pa.Array, dict[str, Any]]:
         except (pa.ArrowException, UnicodeError) as exc:  # not all text: not kept
             raise Unsupported(f"object column: {exc}") from None
     raise Unsupported(f"dtype {dtype}")
+
+
+def _text_dtype(dtype: Any) -> dict[str, Any]:
+    """How text of `dtype` is kept (object, or a string dtype's storage and missing value), for `_string_dtype`."""
+    if not isinstance(dtype, pd.StringDtype):
+        return {"storage": "object"}
+    return {"storage": dtype.storage, "na": "nan" if dtype.na_value is np.nan else "NA"}
+
+
+def _string_dtype(stored: dict[str, Any]) -> Any:
+    """The dtype `_text_dtype` described."""
+    if stored.get("storage", "object") == "object":
+        return np.dtype(object)
+    return pd.StringDtype(stored["storage"], na_value=np.nan if stored["na"] == "nan" else pd.NA)
 
 
 def write_frame(path: Path, frame: pd.DataFrame) -> dict[str, Any]:
@@ -438,7 +460,7 @@ def _decoded(array: pa.ChunkedArray, column: dict[str, Any]) -> Any:
         if _COPY_COLUMNS and not values.flags.writeable:  # Arrow's own buffer
             values = values.copy()
         if kind == "category":
-            categories = pd.Index(column["categories"], dtype=object)
+            categories = pd.Index(column["categories"], dtype=_string_dtype(column.get("text", {})))
             return pd.Categorical.from_codes(values, categories=categories, ordered=column["ordered"])
         expected = np.dtype(column["dtype"])
         if values.dtype != expected:
@@ -447,7 +469,9 @@ def _decoded(array: pa.ChunkedArray, column: dict[str, Any]) -> Any:
     if kind == "object":
         return array.to_numpy(zero_copy_only=False).astype(object, copy=False)
     if kind == "string":
-        dtype = pd.StringDtype(column["storage"], na_value=np.nan if column["na"] == "nan" else pd.NA)
+        dtype = _string_dtype(column)
+        if not isinstance(dtype, pd.StringDtype):
+            raise Damaged(f"column {column['name']} of text kept as {column.get('storage')!r}")
         return dtype.__from_arrow__(array)
     if kind == "masked":
         return pd.api.types.pandas_dtype(column["dtype"]).__from_arrow__(array)
