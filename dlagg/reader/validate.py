@@ -198,8 +198,9 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 def duplicated(columns: Iterable[np.ndarray]) -> np.ndarray | None:
     """Rows equal in every column to an earlier row (None when there are none).
 
-    A hash of each row finds the candidates in one pass (a row hashes to a 64-bit value); only rows
-    whose hash repeats are compared column by column.
+    A hash of each row finds the candidates (a row hashes to a 64-bit value; the sorted hashes show
+    the repeated ones, a sort being many times faster than a hash table here); only rows whose hash
+    repeats are compared column by column.
     """
     columns = [np.asarray(c) for c in columns]
     n = len(columns[0]) if columns else 0
@@ -210,9 +211,12 @@ def duplicated(columns: Iterable[np.ndarray]) -> np.ndarray | None:
         key ^= values.astype(np.uint64, copy=False)
         key *= _MIX
         key ^= key >> np.uint64(29)
-    candidates = np.flatnonzero(pd.Series(key, copy=False).duplicated(keep=False).to_numpy())
-    if len(candidates) == 0:
+    ordered = np.sort(key)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    del ordered
+    if len(repeated) == 0:
         return None
+    candidates = np.flatnonzero(np.isin(key, repeated))
     exact = pd.DataFrame({i: c[candidates] for i, c in enumerate(columns)}).duplicated(keep="first").to_numpy()
     if not exact.any():
         return None
@@ -332,16 +336,72 @@ def _last_above(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
     return np.where(found, at, -1)
 
 
+def nest(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
+    """Whether ranges grouped by thread, each by (start, longest first), nest on each thread: no range begins
+    while another of its thread is open (ends after the start) and ends after it.
+
+    A range of no length (or less) never crosses nor encloses another, so only the others are looked at.
+    Each one's depth is the number of ranges of its thread open at its start (all begun before it), and
+    its candidate parent the last range before it one level up. Nested ranges pass: the candidate is
+    the innermost open range, which encloses it. Crossing ranges fail: at the first range (in sorted
+    order) that crosses an earlier one, the earlier ranges nest, so the candidate is still the
+    innermost open range, the one that ends first, and it ends before that range does.
+    """
+    positive = end > start
+    t, s, e = (tid, start, end) if positive.all() else (tid[positive], start[positive], end[positive])
+    n = len(t)
+    if n < 2:
+        return True
+    first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+    bounds = np.r_[first, n]
+    depth = np.empty(n, dtype=np.int64)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):  # threads, not events
+        closed = np.searchsorted(np.sort(e[lo:hi], kind="stable"), s[lo:hi], side="right")
+        depth[lo:hi] = np.arange(hi - lo) - closed  # ranges of the thread begun before it, less those ended
+    thread_first = np.repeat(first, np.diff(bounds))
+    by_depth = np.argsort(_small(depth), kind="stable")
+    levels = np.split(by_depth, np.cumsum(np.bincount(depth))[:-1])
+    for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
+        at = np.searchsorted(above, level) - 1  # the last range before it one level up
+        if (at < 0).any():
+            return False
+        parent = above[at]
+        if not ((parent >= thread_first[level]) & (e[parent] >= e[level])).all():
+            return False
+    return True
+
+
+def _small(codes: np.ndarray) -> np.ndarray:
+    """Non-negative codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
+    return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
+
+
+def _thread_order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order by (thread, start, longest first), threads in order of first appearance: a radix sort of thread
+    codes after the order by start (none when the starts increase, as nsys writes push/pop ranges)."""
+    n = len(start)
+    if n > 1 and (start[1:] > start[:-1]).all():
+        by_start = np.arange(n)
+    else:
+        by_start = np.lexsort((-end, start))
+    threads = tid[by_start]
+    if n == 0 or (threads == threads[0]).all():
+        return by_start
+    return by_start[np.argsort(_small(pd.factorize(threads)[0]), kind="stable")]
+
+
 def _crossing_round(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     """One round of `crossing`: the ranges to leave out of the crossing pairs found, None when none is.
 
-    Ranges sorted by (thread, start, longest first); a range's stack top is the range of its thread
+    Ranges sorted by thread, then (start, longest first); a range's stack top is the range of its thread
     begun last before it and still open at its start (for nested ranges: the innermost enclosing one).
     A range ending after its stack top crosses it. If none does, the ranges nest (of a crossing pair,
     the later's stack top either is the earlier or crosses it itself, begun earlier: some pair shows).
     """
-    order = np.lexsort((-end, start, tid))
+    order = _thread_order(tid, start, end)
     t, s, e = tid[order], start[order], end[order]
+    if nest(t, s, e):  # what any whole profile gives: confirmed in a few sorts, without the searches below
+        return None
     first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
     thread_start = np.repeat(first, np.diff(np.r_[first, len(t)]))
     top = _last_above(e, s)
@@ -365,12 +425,13 @@ def crossing(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     ends inside it): of two that cross, the one begun later (`_crossing_round`). Rounds until nothing
     crosses; each takes out at least one range."""
     out = np.zeros(len(start), dtype=bool)
-    while True:  # rounds, not events
+    kept = np.arange(len(start))
+    marked = _crossing_round(tid, start, end)
+    while marked is not None:  # rounds, not events
+        out[kept[marked]] = True
         kept = np.flatnonzero(~out)
         marked = _crossing_round(tid[kept], start[kept], end[kept])
-        if marked is None:
-            return out
-        out[kept[marked]] = True
+    return out
 
 
 def nested_ranges(nvtx: pd.DataFrame, profile_end: int, flaws: Flaws, table: str) -> pd.DataFrame:
