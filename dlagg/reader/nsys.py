@@ -618,6 +618,8 @@ def _checked(name: str, frame: pd.DataFrame, physical: str, session_end: int, fl
     else:
         drop = flaws.drop_rows(physical, va.time_checks(start, end, None, session_end))
         columns = [frame[c].to_numpy() for c in frame.columns]
+    if drop is not None and not drop.any():  # every row passed: no copy of the columns, nor of the frame below
+        drop = None
     if drop is not None:
         columns = [c[~drop] for c in columns]
     copies = va.duplicated(columns)
