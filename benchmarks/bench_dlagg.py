@@ -1,7 +1,8 @@
-"""Speed benchmark: ``dlagg --reports=all`` against SQLite's own scan, at 1x and 10x size.
+"""The first look: ``dlagg --reports=all --formats=csv,json`` against SQLite's own scan, at 1x and 50x size.
 
-For the real ``transformer_amp_large`` export (nsys 2022.4, 162 MB, 0.85 M NVTX rows) and a copy
-tiled ten times in time (``tile_export.py``), it prints, from the same run:
+For rank 0 of the bundled GPT-like recording (``fixtures/nsys-2022.4-multi/ddp2_gpt_per_rank``, 11 MB; ``--source``
+takes any other export, such as the shared ``transformer_amp_large``) and a copy tiled ``--copies`` times in time
+(``tile_export.py``; 50 by default: 538 MB, 4.2 M rows), it prints, from the same run:
 
 - scan: the time (best of SCAN_REPEATS) SQLite needs to read exactly the columns dlagg reads (the event-table columns
   declared in ``dlagg/reader/schema.py``, the NVTX inline text and ``StringIds``), via
@@ -9,18 +10,19 @@ tiled ten times in time (``tile_export.py``), it prints, from the same run:
   decoded, nothing is materialised in Python. The small key/value tables (metadata, GPU list)
   are left out: they are a few hundred rows.
 - dlagg: wall time of ``python -m dlagg --reports=all --formats=csv,json`` in a subprocess
-  (interpreter start-up and imports included), best of ``--repeat`` runs like the scan; the peak
+  (interpreter start-up and imports included; an empty read cache of its own, which it fills), best of ``--repeat`` runs like the scan; the peak
   RSS (``wait4`` rusage of the child) is the highest of those runs. Per-stage timings are those of
   the fastest run. TensorBoard files are written too when that writer exists (``-b`` otherwise).
   The child may write bytecode (an installed package has it): ``PYTHONDONTWRITEBYTECODE`` would
   otherwise make every run compile dlagg's modules again.
-- the speed bars: dlagg within MAX_SCAN_RATIO of the scan, time growing linearly with size,
-  peak RSS under MAX_MEMORY_RATIO times the database size.
+- the goals: dlagg within MAX_SCAN_RATIO of the scan, time growing linearly with size,
+  peak RSS under MAX_MEMORY_RATIO times the database size (both on the tiled copy; at 1x the
+  interpreter's start-up is most of the run).
 
 The page cache is warmed (the file is read once) before the scan and dlagg run, so both are
-measured warm. Timing results are printed, never asserted (``--strict`` exits 1 if a bar fails).
+measured warm. Timing results are printed, never asserted (``--strict`` exits 1 if a goal fails).
 
-    python benchmarks/bench_dlagg.py [--workdir /tmp/dlagg-bench] [--source X.sqlite[.gz]] [--copies 10] [--repeat 3]
+    python benchmarks/bench_dlagg.py [--workdir /tmp/dlagg-bench] [--source X.sqlite[.gz]] [--copies 50] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ from tile_export import tile  # noqa: E402
 
 from dlagg.reader import schema  # noqa: E402
 
+GPT_SOURCE = REPO / "fixtures" / "nsys-2022.4-multi" / "ddp2_gpt_per_rank" / "ddp2_gpt_per_rank_rank0.sqlite.gz"
 SHARED_SOURCE = (REPO.parent / "shared" / "fixtures" / "nsys-2022.4" / "transformer_amp_large"
                  / "transformer_amp_large.sqlite.gz")
 DEFAULT_WORKDIR = Path(tempfile.gettempdir()) / "dlagg-bench"
 
-# The speed bars: fast next to a plain scan, linear in size, memory bounded by the input.
-MAX_SCAN_RATIO = 6.0  # dlagg's wall time at most 6x SQLite's scan of the same columns
-MAX_MEMORY_RATIO = 2.0  # peak RSS under twice the database file size
+# The goals: fast next to a plain scan, linear in size, memory bounded by the input.
+MAX_SCAN_RATIO = 4.0  # dlagg's wall time at most 4x SQLite's scan of the same columns
+MAX_MEMORY_RATIO = 1.5  # peak RSS under 1.5 times the database file size
 # Linear growth: the 10x/1x time ratio may exceed the size ratio by this factor (run-to-run noise
 # of a few percent plus the n log n sorts) before we call the growth superlinear. Fixed start-up
 # cost makes a linear program's ratio come out *below* the size ratio.
@@ -134,7 +137,8 @@ def run_dlagg(path: Path, out: Path, tensorboard: bool) -> tuple[float, float, i
     if not tensorboard:
         command.append("--suppress_tb_files=true")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    with tempfile.TemporaryFile("w+") as err:
+    with tempfile.TemporaryFile("w+") as err, tempfile.TemporaryDirectory(prefix="cache-", dir=out.parent) as cache:
+        env["DLAGG_CACHE_DIR"] = cache  # an empty read cache each run: the first look, which also writes the cache
         began = time.perf_counter()
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
         _, status, usage = os.wait4(child.pid, 0)
@@ -176,7 +180,7 @@ def source_database(source: Path, workdir: Path) -> Path:
 
 
 def report(results: list[Measure], tensorboard: bool) -> list[str]:
-    """Print the table and the bars; return the bars that do not hold."""
+    """Print the table and the goals; return the goals that do not hold (ratios: on the largest export, the last)."""
     mb = 1e6
     print()
     print(f"dlagg --reports=all --formats=csv,json{'' if tensorboard else ' -b'} "
@@ -189,6 +193,8 @@ def report(results: list[Measure], tensorboard: bool) -> list[str]:
         memory = m.peak_rss / m.size
         print(f"{m.label:<6}{m.size / mb:>9,.0f}{m.scan_rows:>12,}{m.scan_s:>9.2f}{m.dlagg_s:>9.2f}"
               f"{m.dlagg_cpu_s:>8.2f}{ratio:>12.2f}{m.peak_rss / mb:>13,.0f}{memory:>8.2f}")
+        if m is not results[-1]:
+            continue
         if ratio > MAX_SCAN_RATIO:
             failed.append(f"{m.label}: dlagg/scan {ratio:.2f} > {MAX_SCAN_RATIO}")
         if memory >= MAX_MEMORY_RATIO:
@@ -204,18 +210,18 @@ def report(results: list[Measure], tensorboard: bool) -> list[str]:
             failed.append(f"dlagg time grows x{time_ratio:.2f} for x{size_ratio:.2f} the data: superlinear")
     for m in results:
         print(f"stages {m.label}: " + ", ".join(f"{what} {secs:.2f}" for what, secs in m.stages))
-    print(f"bars (dlagg/scan <= {MAX_SCAN_RATIO}, peak RSS < {MAX_MEMORY_RATIO}x db, linear growth): "
-          + ("all hold" if not failed else "FAIL: " + "; ".join(failed)))
+    print(f"goals (on {results[-1].label}: dlagg/scan <= {MAX_SCAN_RATIO}, peak RSS < {MAX_MEMORY_RATIO}x db; "
+          "linear growth): " + ("all hold" if not failed else "FAIL: " + "; ".join(failed)))
     return failed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", type=Path, default=SHARED_SOURCE,
-                        help="the 1x export, .sqlite or .sqlite.gz (default: the shared transformer_amp_large)")
+    parser.add_argument("--source", type=Path, default=GPT_SOURCE,
+                        help="the 1x export, .sqlite or .sqlite.gz (default: the bundled GPT-like rank 0)")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
                         help=f"where the decompressed copy, the tiled copy and outputs go (default {DEFAULT_WORKDIR})")
-    parser.add_argument("--copies", type=int, default=10, help="size of the tiled copy (default 10)")
+    parser.add_argument("--copies", type=int, default=50, help="size of the tiled copy (default 50)")
     parser.add_argument("--skip-tensorboard", action="store_true",
                         help="pass -b even when the TensorBoard writer exists (time CSV/JSON only)")
     parser.add_argument("--repeat", type=int, default=DLAGG_REPEATS,
