@@ -10,11 +10,11 @@ takes any other export, such as the shared ``transformer_amp_large``) and a copy
   decoded, nothing is materialised in Python. The small key/value tables (metadata, GPU list)
   are left out: they are a few hundred rows.
 - dlagg: wall time of ``python -m dlagg --reports=all --formats=csv,json`` in a subprocess
-  (interpreter start-up and imports included; an empty read cache of its own, which it fills), best of ``--repeat`` runs like the scan; the peak
-  RSS (``wait4`` rusage of the child) is the highest of those runs. Per-stage timings are those of
-  the fastest run. TensorBoard files are written too when that writer exists (``-b`` otherwise).
-  The child may write bytecode (an installed package has it): ``PYTHONDONTWRITEBYTECODE`` would
-  otherwise make every run compile dlagg's modules again.
+  (interpreter start-up and imports included; an empty read cache of its own, which it fills), best of
+  ``--repeat`` runs like the scan; the peak RSS (``wait4`` rusage of the child) is the highest of those
+  runs. Per-stage timings are those of the fastest run. TensorBoard files are written too when that
+  writer exists (``-b`` otherwise). The child may write bytecode (an installed package has it):
+  ``PYTHONDONTWRITEBYTECODE`` would otherwise make every run compile dlagg's modules again.
 - the goals: dlagg within MAX_SCAN_RATIO of the scan, time growing linearly with size,
   peak RSS under MAX_MEMORY_RATIO times the database size (both on the tiled copy; at 1x the
   interpreter's start-up is most of the run).

@@ -13,6 +13,7 @@ ends before a run starts, the heavy modules its process imported (``python -X im
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SMALLEST = ROOT / "fixtures" / "nsys-2022.4" / "cuda_basic" / "cuda_basic.sqlite"
 HEAVY = ("pandas", "numpy", "pyarrow")
+# Bytecode may be written and read, as an installed package's is: with PYTHONDONTWRITEBYTECODE set, every module edited
+# since its bytecode was last written would be compiled again in every run.
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 LIGHT_GOAL = 0.15  # seconds: --help, --version, an option error
 RUN_GOAL = 0.4  # seconds: the smallest fixture's run
 
@@ -46,7 +50,8 @@ def best_wall(words: list[str], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
-        subprocess.run([sys.executable, *words], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, *words], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=ENV)
         times.append(time.perf_counter() - began)
     return min(times)
 
@@ -54,7 +59,8 @@ def best_wall(words: list[str], repeats: int) -> float:
 def heavy_imports(words: list[str]) -> tuple[list[str], float]:
     """The heavy top-level packages the command imported, and its imports' time (the top-level imports' cumulative
     times, s)."""
-    done = subprocess.run([sys.executable, "-X", "importtime", *words], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-X", "importtime", *words], cwd=ROOT, capture_output=True, text=True,
+                          env=ENV)
     rows = [line.split("|") for line in done.stderr.splitlines() if line.startswith("import time:")][1:]  # (header)
     top = sorted({name.strip().split(".")[0] for _, _, name in rows} & set(HEAVY))
     total = sum(int(cumulative) for _, cumulative, name in rows if not name.startswith("  "))  # unindented: top level
