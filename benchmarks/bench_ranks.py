@@ -206,14 +206,16 @@ def run(folder: Path, workers: int, out: Path, warmed: bool = False) -> dict:
     args = [f"--nsys_database={folder}", "--reports=all", *OUTPUTS, "-f", f"--workers={workers}",
             f"--output_path={out}", "-v", "detailed"]
     lines: list[tuple[float, str]] = []  # stderr, each line with when it came (read as it comes, by a thread)
+    cache = tempfile.mkdtemp(prefix="cache-", dir=out.parent)  # an empty read cache: every run a first look
     began = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-m", "dlagg", *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "DLAGG_CACHE_DIR": cache})
     reader = threading.Thread(target=lambda: lines.extend((time.perf_counter(), line) for line in child.stderr))
     reader.start()
     _, status, usage = os.wait4(child.pid, 0)  # and the command's own peak RSS (KiB on Linux)
     ended = time.perf_counter()
     reader.join()
+    shutil.rmtree(cache, ignore_errors=True)
     stderr = "".join(line for _, line in lines)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"dlagg failed on {folder}: {stderr}")
