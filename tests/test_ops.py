@@ -12,10 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlagg.context import RankContext
 from dlagg.errors import OptionsError
 from dlagg.ops import union_by_group
+from dlagg.ops.assign import outermost_calls
 from dlagg.ops.markers import backward_op, classify_name, normalise_op
 from dlagg.ops.tree import Forest
 from dlagg.options import Options
@@ -393,3 +396,24 @@ def test_classify_marker_kinds() -> None:
     assert classify_name("aten::mm", False)["direction"] == "fprop"
     assert classify_name("MmBackward0", True)["direction"] == "bprop"
 
+
+
+def _spans(shortest: int) -> st.SearchStrategy[list[tuple[int, int, int]]]:
+    """(thread, start, length) rows: few threads and times, so that spans tie and touch."""
+    return st.lists(st.tuples(st.integers(0, 1), st.integers(0, 12), st.integers(shortest, 6)), min_size=1, max_size=12)
+
+
+@settings(max_examples=300)
+@given(_spans(0), _spans(1))  # (ranges of no length define nothing: find_ops leaves them out of the forest)
+def test_calls_outside_every_range_are_outermost_among_themselves_as_among_all(calls, ranges) -> None:
+    """A call enclosing one that no range encloses is itself enclosed by none: looking for enclosing calls among the
+    calls outside every range (what `outside_every_range` does) finds what looking among all calls finds."""
+    def frame(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+        tid, start, length = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+        return pd.DataFrame({"global_tid": tid, "start": start, "end": start + length})
+
+    api, nvtx = frame(calls), frame(ranges)
+    forest = Forest.build(nvtx["global_tid"], nvtx["start"], nvtx["end"])
+    outside = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy()) < 0
+    among_all = outside & outermost_calls(api)
+    assert (outermost_calls(api, np.flatnonzero(outside)) == among_all).all()

@@ -302,10 +302,15 @@ def _launch_instances(forest: Forest, heads: np.ndarray, work: pd.DataFrame, ins
     return work_instance
 
 
-def outermost_calls(api: pd.DataFrame) -> np.ndarray:
+def outermost_calls(api: pd.DataFrame, rows: np.ndarray | None = None) -> np.ndarray:
     """Mask of the CUDA API calls not made inside another call of their thread (the CUDA 13 runtime
-    makes driver calls inside cudaLaunchKernel: only the runtime call counts)."""
+    makes driver calls inside cudaLaunchKernel: only the runtime call counts); `rows`: of those calls
+    only, enclosing calls sought among them alone (False elsewhere)."""
     tid, start, end = (api[c].to_numpy() for c in ("global_tid", "start", "end"))
+    if rows is not None:
+        outer = np.zeros(len(api), dtype=bool)
+        outer[rows] = outermost_calls(pd.DataFrame({"global_tid": tid[rows], "start": start[rows], "end": end[rows]}))
+        return outer
     outer = np.ones(len(api), dtype=bool)
     if len(api) < 2:
         return outer
@@ -321,9 +326,11 @@ def outside_every_range(forest: Forest, api: pd.DataFrame, api_range: np.ndarray
     """Mask of the outermost CUDA API calls that no NVTX range encloses: none on their thread, and, for
     a thread without any range (autograd's, a library's worker), none open in their process at the
     time (such calls belong to what the process is doing then, as their GPU work does)."""
-    loose = (api_range < 0) & outermost_calls(api)
+    # A call that encloses one outside every range is outside them too (a range enclosing it would enclose both):
+    # the calls outside every range are the only ones to look among.
+    loose = outermost_calls(api, np.flatnonzero(api_range < 0))
     tid = api["global_tid"].to_numpy()
-    check = loose & ~np.isin(tid, np.unique(forest.tid))
+    check = loose & ~np.isin(tid, np.array([t for t, _, _ in forest.threads], dtype=np.int64))
     if check.any():
         pid = tid & PID_MASK
         range_pid = forest.tid & PID_MASK
