@@ -52,7 +52,7 @@ try:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-    from .limits import out_of_memory_loading, small_thread_stacks  # standard library only: before memory runs out
+    from .limits import libraries_fit, out_of_memory_loading, small_thread_stacks  # standard library only
     from .log import one_malloc_arena  # after the variables: it imports nothing of numpy or pyarrow
     from .ranks.pool import pool_context, several_files, start_early  # standard library only
 
@@ -80,7 +80,7 @@ def _start_pool_early() -> None:
 
 def main() -> NoReturn:
     try:
-        if several_files(sys.argv[1:]):
+        if several_files(sys.argv[1:]) and libraries_fit():  # (else the CLI says the limit is too small)
             _start_pool_early()
         try:
             from .cli import entry  # light: the pipeline (pandas, pyarrow, numpy) is imported once a run starts

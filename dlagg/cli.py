@@ -40,6 +40,7 @@ from .limits import (
     address_space_limit,
     end_run_when_a_thread_runs_out,
     is_out_of_memory,
+    libraries_fit,
     out_of_memory,
     out_of_memory_loading,
     thread_ran_out,
@@ -513,6 +514,8 @@ def _pipeline() -> ModuleType:
     and a bad option never need (tests/test_startup.py). An address-space limit too small for those libraries is one
     line, not a traceback or an 'internal error' (an extension module that cannot be mapped: 'failed to map segment',
     or numpy's own ImportError saying so in other words)."""
+    if not libraries_fit():  # numpy would end the process with OpenBLAS's own line, not ours
+        raise DlaggError(out_of_memory_loading())
     try:
         from . import pipeline
     except (MemoryError, ImportError) as exc:

@@ -122,6 +122,17 @@ def js_engine_refused(what: str) -> str | None:
             "(ulimit -v / prlimit --as); run without the limit, or with one above 66 GB, to get them")
 
 
+# Below this address-space limit the libraries a run imports cannot load (pandas, pyarrow and numpy together need
+# about 200 MiB), and numpy's OpenBLAS ends the process at import with a line of its own, which no exception reaches.
+LIBRARIES_FLOOR = 128 << 20
+
+
+def libraries_fit() -> bool:
+    """Whether the address-space limit (if any) is above `LIBRARIES_FLOOR`: the heavy imports are worth trying."""
+    limit = address_space_limit()
+    return limit is None or limit >= LIBRARIES_FLOOR
+
+
 def fits_driver() -> bool:
     """Whether the SQLite driver may run a query: at least `DRIVER_HEADROOM` of room left (or no limit)."""
     left = room()

@@ -179,6 +179,17 @@ def test_what_counts_as_out_of_memory(exc: BaseException, memory: bool) -> None:
     assert limits.is_out_of_memory(exc) is memory
 
 
+@pytest.mark.parametrize("inputs", ["one export", "two rank files"])
+def test_a_limit_too_small_for_the_libraries_is_the_one_line(inputs: str, tmp_path: Path, multi) -> None:  # noqa: ANN001
+    """Under 64 MiB numpy's OpenBLAS cannot even start, and ends the process at import with a line of its own: dlagg
+    says its line before it imports the libraries, and starts no fork server (which would import them too)."""
+    export = recording(RESNET) if inputs == "one export" else multi("ddp2_gpt_per_rank")
+    out = tmp_path / "out"
+    done = run_limited(export, 64, out, tmp_path / "cache", ())
+    check_outcome(done, 64, out)
+    assert done is not None and done.returncode == 1 and "loading dlagg's libraries" in done.stderr, done
+
+
 def test_a_fork_server_with_no_room_for_dlagg_is_the_one_line(tmp_path: Path, multi) -> None:  # noqa: ANN001
     """The fork server of the rank pool imports dlagg's pipeline before it forks a worker; under an address-space
     limit that import may be what runs out (one run in a scan of limits). Made certain here: a `sitecustomize` makes

@@ -95,7 +95,7 @@ def usable(options: Options, log: Log) -> Options:
         return options
     if log.level >= MINIMAL:
         note(f"the cache folder {shown(folder)} cannot be written; reading without a cache (--cache_dir sets "
-              "another, --cache=false turns it off)")
+             "another, --cache=false turns it off)")
     _noted_unwritable = True
     return replace(options, cache=False)
 
