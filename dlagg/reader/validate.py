@@ -439,18 +439,22 @@ def nested_ranges(nvtx: pd.DataFrame, profile_end: int, flaws: Flaws, table: str
     and without the push/pop ranges that then do not nest (`crossing`): those without an end are counted
     as "unclosed" (an unclosed range inside a closed one cannot be, its end is what is missing), the
     others as "crossing". Drops the frame's ``pushpop`` column, which only this check reads."""
-    start, end = nvtx["start"].to_numpy(), nvtx["end"].to_numpy()
+    start, end, tid = nvtx["start"].to_numpy(), nvtx["end"].to_numpy(), nvtx["global_tid"].to_numpy()
     open_end = end < start  # unclosed ranges (NULL end) read as NO_ID
-    end = np.where(open_end, profile_end, end)
-    pushpop = np.flatnonzero(nvtx["pushpop"].to_numpy())
     frame = nvtx.drop(columns="pushpop")
     if open_end.any():
+        end = np.where(open_end, profile_end, end)
         frame = frame.assign(end=end.astype(nvtx["end"].dtype, copy=False))
-    out = crossing(nvtx["global_tid"].to_numpy()[pushpop], start[pushpop], end[pushpop])
+    pushpop = nvtx["pushpop"].to_numpy()
+    if pushpop.all():  # (as in most profiles: no copies of the columns)
+        out = crossing(tid, start, end)
+    else:
+        rows = np.flatnonzero(pushpop)
+        out = np.zeros(len(start), dtype=bool)
+        out[rows] = crossing(tid[rows], start[rows], end[rows])
     if not out.any():
         return frame
-    drop = np.zeros(len(start), dtype=bool)
-    drop[pushpop[out]] = True
+    drop = out
     flaws.add("unclosed", table, int(np.count_nonzero(drop & open_end)))
     flaws.add("crossing", table, int(np.count_nonzero(drop & ~open_end)))
     return frame[~drop].reset_index(drop=True)
