@@ -8,14 +8,17 @@ as it was; ``--check=false`` reads what can still be read.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
 import dlagg
 from dlagg.errors import DlaggError
+from dlagg.reader import integrity
 
 from .conftest import dlagg as run_dlagg
 from .conftest import recording
@@ -90,3 +93,17 @@ def test_the_library_takes_the_same_switch(swapped: Path) -> None:
     with pytest.raises(DlaggError, match="damaged"):
         dlagg.analyze(swapped, reports="summary")
     assert len(dlagg.analyze(swapped, reports="summary", check=False).summary)
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
+def test_the_check_takes_only_the_cores_the_run_leaves_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's thread runs at the lowest priority (a nice value of its own), the run's threads at theirs."""
+    seen: list[int] = []
+
+    def priority_of_the_checking_thread(path: Path) -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    monkeypatch.setattr(integrity, "_quick_check", priority_of_the_checking_thread)
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    integrity.PageCheck([recording("resnet_amp")]).verdict()
+    assert seen == [19] and os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before

@@ -3,16 +3,17 @@
 An export whose pages were swapped, overwritten or cut can still open, and the reader then sees rows that are
 silently missing or belong elsewhere: Input Shapes go blank, kernel totals change, and no warning says so. SQLite's
 ``PRAGMA quick_check`` walks every page of every table and finds such damage, at about a tenth of a run's CPU time.
-It runs in a thread of its own while the run reads and reduces (sqlite releases the GIL while it works, so on a
-machine of two cores or more it costs the run little wall time), and its verdict is taken before any output is
-moved into place: a damaged export gives one line and no outputs. ``--check=false`` skips it, for a user who wants
-what can still be read from a file they know is damaged.
+It runs in a thread of its own, at the lowest priority, while the run reads and reduces (sqlite releases the GIL
+while it works, so on a machine of two cores or more it takes the cores the run leaves idle), and its verdict is
+taken before any output is moved into place: a damaged export gives one line and no outputs. ``--check=false``
+skips it, for a user who wants what can still be read from a file they know is damaged.
 
 Only SQLite inputs are checked; a trace's gzip stream carries its own checksum and its JSON fails to parse when cut.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from ..log import shown
 from .database import SQLITE_MAGIC
 
 MESSAGES = 3  # quick_check's first lines quoted in the error: enough to tell the damage's kind
+LOWEST_PRIORITY = 19  # nice value of the checking thread
 
 
 class PageCheck:
@@ -39,6 +41,7 @@ class PageCheck:
             self._thread.start()
 
     def _check_all(self) -> None:
+        _yield_the_cores()
         try:
             for path in self._paths:
                 problem = _quick_check(path)
@@ -57,6 +60,16 @@ class PageCheck:
             raise self._error
         if self._failure is not None:
             raise InputError(self._failure)
+
+
+def _yield_the_cores() -> None:
+    """Run this thread at the lowest priority (Linux sets a nice value per thread): the check then takes the cores
+    the run leaves idle (its reports are built on one thread) instead of slowing the read, whose queries want every
+    core. Its verdict is needed only when the outputs are moved into place."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the check runs as before, at the run's priority
+        pass
 
 
 def damaged(path: Path, problem: str) -> str:
