@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -65,10 +66,13 @@ class PageCheck:
 def _yield_the_cores() -> None:
     """Run this thread at the lowest priority (Linux sets a nice value per thread): the check then takes the cores
     the run leaves idle (its reports are built on one thread) instead of slowing the read, whose queries want every
-    core. Its verdict is needed only when the outputs are moved into place."""
+    core. Its verdict is needed only when the outputs are moved into place. Elsewhere a thread's id is no process id
+    (macOS would take it for one): the check runs at the run's priority."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the check runs as before, at the run's priority
+    except OSError:  # not allowed (a seccomp profile): the check runs at the run's priority
         pass
 
 
