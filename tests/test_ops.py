@@ -12,21 +12,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dlagg.context import RankContext
 from dlagg.errors import OptionsError
 from dlagg.ops import union_by_group
-from dlagg.ops.assign import outermost_calls
+from dlagg.ops.assign import outermost_calls, outside_every_range
 from dlagg.ops.markers import backward_op, classify_name, normalise_op
 from dlagg.ops.tree import Forest
 from dlagg.options import Options
 from dlagg.reader import load_profile
 from dlagg.reports import build_reports
+from dlagg.timeline import intervals
 from dlagg.timeline.iterations import detect_iterations
 
 from .builders import PID, TID, ExportBuilder, global_tid
+from .test_crossing import crossing_pairs
 
 BWD_TID = TID + 1  # autograd's backward thread
 
@@ -405,15 +407,33 @@ def _spans(shortest: int) -> st.SearchStrategy[list[tuple[int, int, int]]]:
 
 @settings(max_examples=300)
 @given(_spans(0), _spans(1))  # (ranges of no length define nothing: find_ops leaves them out of the forest)
-def test_calls_outside_every_range_are_outermost_among_themselves_as_among_all(calls, ranges) -> None:
-    """A call enclosing one that no range encloses is itself enclosed by none: looking for enclosing calls among the
-    calls outside every range (what `outside_every_range` does) finds what looking among all calls finds."""
+# Crossing ranges the forest's search misses one of: [10, 11] is inside [8, 13], which crosses [4, 9].
+@example(calls=[(0, 8, 5), (0, 10, 1)], ranges=[(0, 4, 5), (0, 8, 5), (0, 6, 2), (0, 9, 1)])
+def test_calls_outside_every_range_are_the_outermost_calls_no_range_encloses(calls, ranges) -> None:
+    """`outside_every_range` looks for enclosing calls among the calls outside every range alone when the ranges
+    nest (a call enclosing one that no range encloses is enclosed by none): the answer of the search among all
+    calls, for nesting and crossing ranges alike. (Calls on threads with ranges: the process rule aside.)"""
     def frame(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
         tid, start, length = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
         return pd.DataFrame({"global_tid": tid, "start": start, "end": start + length})
 
     api, nvtx = frame(calls), frame(ranges)
+    api = api[api["global_tid"].isin(nvtx["global_tid"])].reset_index(drop=True)
     forest = Forest.build(nvtx["global_tid"], nvtx["start"], nvtx["end"])
-    outside = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy()) < 0
-    among_all = outside & outermost_calls(api)
-    assert (outermost_calls(api, np.flatnonzero(outside)) == among_all).all()
+    assert forest.nested == (crossing_pairs(*(nvtx[c].to_numpy() for c in ("global_tid", "start", "end"))) == 0)
+    api_range = forest.innermost(api["global_tid"].to_numpy(), api["start"].to_numpy(), api["end"].to_numpy())
+    expected = (api_range < 0) & outermost_calls(api)
+    assert (outside_every_range(forest, api, api_range) == expected).all()
+
+
+@settings(max_examples=200)
+@given(_spans(1))
+def test_nested_ranges_cover_what_their_top_level_covers(ranges) -> None:
+    """`outside_every_range` merges only the top-level ranges of a nested forest: the same union as all of them."""
+    tid, start, length = (np.array(c, dtype=np.int64) for c in zip(*ranges, strict=True))
+    forest = Forest.build(tid & 0, start, start + length)  # (one process: its threads' ranges together)
+    if not forest.nested:
+        return
+    top = forest.depth == 0
+    whole = intervals.merge(forest.start, forest.end)
+    assert all((a == b).all() for a, b in zip(whole, intervals.merge(forest.start[top], forest.end[top]), strict=True))

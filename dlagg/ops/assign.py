@@ -327,15 +327,19 @@ def outside_every_range(forest: Forest, api: pd.DataFrame, api_range: np.ndarray
     a thread without any range (autograd's, a library's worker), none open in their process at the
     time (such calls belong to what the process is doing then, as their GPU work does)."""
     # A call that encloses one outside every range is outside them too (a range enclosing it would enclose both):
-    # the calls outside every range are the only ones to look among.
-    loose = outermost_calls(api, np.flatnonzero(api_range < 0))
+    # where `api_range` is exact (nested ranges), the calls outside every range are the only ones to look among.
+    outside = api_range < 0
+    loose = outermost_calls(api, np.flatnonzero(outside)) if forest.nested else outside & outermost_calls(api)
     tid = api["global_tid"].to_numpy()
     check = loose & ~np.isin(tid, np.array([t for t, _, _ in forest.threads], dtype=np.int64))
     if check.any():
         pid = tid & PID_MASK
         range_pid = forest.tid & PID_MASK
+        # Nested ranges cover what the top-level ones do: their union is that of the top level's few.
+        counted = forest.depth == 0 if forest.nested else np.ones(len(forest), dtype=bool)
         for process in np.unique(pid[check]):  # processes, not events
-            s, e = intervals.merge(forest.start[range_pid == process], forest.end[range_pid == process])
+            mine_ranges = counted & (range_pid == process)
+            s, e = intervals.merge(forest.start[mine_ranges], forest.end[mine_ranges])
             mine = np.flatnonzero(check & (pid == process))
             if len(s) == 0:
                 continue

@@ -81,6 +81,9 @@ class Forest:
     depth: np.ndarray  # nesting level: 0 for a top-level range
     levels: tuple[np.ndarray, ...]  # sorted-range indices by depth, top level first (top-down passes)
     threads: tuple[tuple[int, int, int], ...]  # (tid, begin, end) of each thread's ranges
+    # Whether the ranges nest on every thread (none crosses another): then every range has its parent, and
+    # `innermost` finds the innermost of the ranges enclosing a call (with crossing ranges it may miss one).
+    nested: bool = True
 
     @classmethod
     def build(cls, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Forest:
@@ -110,8 +113,9 @@ class Forest:
         bad = np.take(end, parent, mode="clip") < end
         for _, lo, hi in threads:  # threads, not events
             bad[lo:hi] |= parent[lo:hi] < lo
+        nested = not (bad & (depth > 0)).any()  # (a top-level range has no parent to lose)
         parent[bad] = -1
-        return cls(order, tid, start, end, parent, depth, levels, tuple(threads))
+        return cls(order, tid, start, end, parent, depth, levels, tuple(threads), bool(nested))
 
     def __len__(self) -> int:
         return len(self.tid)
