@@ -327,3 +327,20 @@ def test_damaged_cached_ops_are_one_note_and_found_again(damage, tmp_path: Path,
     assert len(notes(err)) == 1 and "cached ops" in notes(err)[0] and "damaged" in notes(err)[0], err
     rebuilt, err = run(capsys, tmp_path, "rebuilt", export, f"--cache_dir={folder}")
     assert rebuilt == uncached and not notes(err) and len(calls) == 1
+
+
+def test_a_frame_comes_back_with_its_dtypes(tmp_path: Path) -> None:
+    """Categories of pandas' str dtype and of objects, str columns and numbers: the same frame, dtypes included."""
+    import pandas as pd
+
+    text = pd.StringDtype("python")
+    frame = pd.DataFrame({
+        "str_categories": pd.Categorical(["b", "a", "b"], categories=pd.Index(["a", "b"], dtype=text)),
+        "object_categories": pd.Categorical(["x", "y", "x"], categories=pd.Index(["x", "y"], dtype=object)),
+        "text": pd.array(["p", "q", "r"], dtype=text),
+        "number": [1, 2, 3],
+    }, index=pd.Index([7, 8, 9], name="key"))
+    back = cache.read_frame(tmp_path / "f.parquet", cache.write_frame(tmp_path / "f.parquet", frame))
+    pd.testing.assert_frame_equal(back, frame)
+    assert back["str_categories"].cat.categories.dtype == text
+    assert back["object_categories"].cat.categories.dtype == object
