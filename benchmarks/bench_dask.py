@@ -32,8 +32,9 @@ REDUCED = re.compile(r"rank \d+ \(.*\): .* reduced in ([\d.]+) s")
 def run(folder: Path, scheduler: str, out: Path) -> tuple[float, list[float]]:
     """One timed dlagg run on the cluster at `scheduler`: the command's wall time, and each rank's reduce time."""
     began = time.perf_counter()
+    # --cache=false: the cluster's workers would read the ranks from the cache an earlier run wrote
     done = subprocess.run([sys.executable, "-m", "dlagg", f"--nsys_database={folder}", "--reports=all", "-f",
-                           f"--scheduler={scheduler}", f"--output_path={out}", "-v", "detailed"],
+                           f"--scheduler={scheduler}", f"--output_path={out}", "-v", "detailed", "--cache=false"],
                           capture_output=True, text=True)
     seconds = time.perf_counter() - began
     if done.returncode != 0:

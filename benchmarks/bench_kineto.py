@@ -124,7 +124,8 @@ def measure_dlagg(trace: Path, workdir: Path, repeat: int, flag: str) -> Measure
     runs = []
     for index in range(repeat):
         shutil.rmtree(out, ignore_errors=True)
-        runs.append(run_child(command, "dlagg", env))
+        with tempfile.TemporaryDirectory(prefix="cache-", dir=workdir) as cache:  # every run a first look
+            runs.append(run_child(command, "dlagg", {**env, "DLAGG_CACHE_DIR": cache}))
         print(f"bench: dlagg run {index + 1}: {runs[-1].wall_s:.2f} s, {runs[-1].peak_rss / 1e6:,.0f} MB", flush=True)
     return measure("dlagg", runs)
 
