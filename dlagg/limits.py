@@ -40,11 +40,11 @@ try:
 except ImportError:  # not on Windows
     resource = None  # type: ignore[assignment]
 
-# Address space of a run, measured (benchmarks/bench_memory.py, docs/memory.md): about 300 MB
+# Address space of a run, measured (benchmarks/bench_memory.py, docs/memory.md): about 340 MB
 # for the interpreter with pandas, pyarrow, the ADBC driver and TensorBoard's protobufs, plus
 # about one byte per export byte (read frames, op discovery's per-range arrays, the reports).
 # The estimate leaves a margin over both: it is what the out-of-memory line asks for.
-BASE_BYTES = 320 << 20
+BASE_BYTES = 380 << 20
 PER_EXPORT_BYTE = 2.0
 # A reservation may take this share of the room left at most: the reader threads reserve at once.
 RESERVATION_SHARE = 4
