@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dlagg"
 # Layer of each top-level part of the package, bottom first; a module may import its own layer and below.
 LAYERS = {
     "__init__": 0, "errors": 0, "options": 0, "log": 0, "limits": 0, "registry": 0,
-    "model": 1,
+    "model": 1, "nesting": 1,  # nesting: ranges as trees (the reader checks them, op discovery builds on them)
     "reader": 2,
     "timeline": 3, "classify": 3,
     "ops": 4, "roofline": 4,

@@ -62,12 +62,13 @@ from pandas.api.types import union_categoricals
 from ..classify import op_tc_eligible
 from ..errors import OptionsError
 from ..model import Iterations, Profile, categorical, factorize_ids
+from ..nesting import index_dtype
 from ..reader.schema import PID_MASK
 from ..timeline import intervals
 from ..timeline.correlate import KERNEL
 from ..timeline.iterations import key_name_ids
 from . import markers as mk
-from .tree import Forest, index_dtype
+from .tree import Forest
 
 DIRECTIONS = ("", mk.FPROP, mk.BPROP)  # direction codes of the instance table
 INSTANCE_COLUMNS = ("key", "iteration", "start", "end", "global_tid", "nvtx_row", "emit", "path", "data_types",

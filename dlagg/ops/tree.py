@@ -10,8 +10,8 @@ Push/pop ranges of one thread nest properly, which is what makes this vectorisab
 "ranges started before me minus ranges ended before my start", the parent is the last earlier
 range one level up, and the range enclosing a point is the last range started before it or one
 of that range's ancestors. Ranges that cross instead of nesting (start/end ranges may) get no
-parent, so they never swallow another range's calls. Loops run over threads and nesting levels,
-never over events.
+parent, so they never swallow another range's calls (the order, depths and parents: dlagg/nesting.py).
+Loops run over threads and nesting levels, never over events.
 """
 
 from __future__ import annotations
@@ -20,55 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def index_dtype(n: int) -> type[np.int32] | type[np.int64]:
-    """Row indices as int32 when they fit: half the memory of int64 over millions of ranges."""
-    return np.int32 if n < np.iinfo(np.int32).max else np.int64
-
-
-def _small(codes: np.ndarray) -> np.ndarray:
-    """Codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
-    return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
-
-
-def _order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """Order by (thread, start, longest first), threads in order of appearance; and each thread's
-    (tid, begin, end) slice of that order."""
-    n = len(start)
-    if n > 1 and (start[1:] > start[:-1]).all():  # nsys writes NVTX rows by start: nothing to sort
-        by_start = np.arange(n, dtype=index_dtype(n))
-        tid_by_start = tid
-    else:
-        by_start = np.lexsort((-end, start)).astype(index_dtype(n))
-        tid_by_start = tid[by_start]
-    if n == 0:
-        return by_start, []
-    if (tid_by_start == tid_by_start[0]).all():  # one thread
-        return by_start, [(int(tid_by_start[0]), 0, n)]
-    # thread codes in order of first appearance (np.unique sorts a copy; a hash factorize of
-    # millions of rows costs a table several times the array)
-    distinct = np.unique(tid_by_start)
-    code = np.searchsorted(distinct, tid_by_start)
-    first = np.full(len(distinct), n, dtype=np.int64)
-    np.minimum.at(first, code, np.arange(n))
-    appearance = np.argsort(first, kind="stable")
-    threads = np.empty(len(distinct), dtype=np.int64)
-    threads[appearance] = np.arange(len(distinct))
-    threads = _small(threads[code])
-    del code
-    distinct = distinct[appearance]
-    counts = np.bincount(threads, minlength=len(distinct))
-    bounds = np.r_[0, np.cumsum(counts)]
-    slices = [(int(t), int(lo), int(hi)) for t, lo, hi in zip(distinct, bounds[:-1], bounds[1:], strict=True)]
-    return by_start[np.argsort(threads, kind="stable")], slices
-
-
-def _levels(depth: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Indices grouped by depth, each group in index order (stable radix sort on small ints)."""
-    if len(depth) == 0:
-        return ()
-    by_depth = np.argsort(_small(depth), kind="stable").astype(index_dtype(len(depth)))
-    return tuple(np.split(by_depth, np.cumsum(np.bincount(depth))[:-1]))
+from ..nesting import nesting, small_codes, thread_order
 
 
 @dataclass(frozen=True)
@@ -90,32 +42,14 @@ class Forest:
         tid = np.asarray(tid, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
-        order, threads = _order(tid, start, end)
+        order, threads = thread_order(tid, start, end)
         # a permutation that increases everywhere is the identity: the rows are in order already
         # (its last element alone says nothing: rows are written by end, a late top-level range
         # with no children ends the table while earlier rows are out of start order)
         if len(threads) != 1 or not (order[1:] > order[:-1]).all():
             tid, start, end = tid[order], start[order], end[order]
-        depth = np.zeros(len(tid), dtype=np.int32)
-        for _, lo, hi in threads:  # threads, not events
-            # ends are nearly in order already (nsys writes a range when it ends): timsort is fast
-            closed = np.searchsorted(np.sort(end[lo:hi], kind="stable"), start[lo:hi], side="right")
-            depth[lo:hi] = np.maximum(np.arange(hi - lo) - closed, 0)
-        levels = _levels(depth)
-        # parent = the last range before me one level up (in (tid, start) order, that is the open one)
-        parent = np.full(len(tid), -1, dtype=index_dtype(len(tid)))
-        for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
-            pos = np.searchsorted(above, level, side="left") - 1
-            parent[level] = np.where(pos >= 0, above[np.maximum(pos, 0)], -1)
-        # Crossing (not nested) ranges and matches across a thread boundary get no parent. A parent
-        # comes earlier in (tid, start) order, so it has started no later than its child when both
-        # are of the child's thread, i.e. when it is not before the child's thread's first range.
-        bad = np.take(end, parent, mode="clip") < end
-        for _, lo, hi in threads:  # threads, not events
-            bad[lo:hi] |= parent[lo:hi] < lo
-        nested = not (bad & (depth > 0)).any()  # (a top-level range has no parent to lose)
-        parent[bad] = -1
-        return cls(order, tid, start, end, parent, depth, levels, tuple(threads), bool(nested))
+        tree = nesting(start, end, threads)
+        return cls(order, tid, start, end, tree.parent, tree.depth, tree.levels, tuple(threads), tree.nested)
 
     def __len__(self) -> int:
         return len(self.tid)
@@ -134,7 +68,7 @@ class Forest:
         by_tid = np.argsort(own, kind="stable")
         pos = np.minimum(np.searchsorted(own[by_tid], tid), len(own) - 1)
         code = np.where(own[by_tid][pos] == tid, by_tid[pos], len(own))  # len(own): a thread without ranges
-        q_order = np.argsort(_small(code), kind="stable")
+        q_order = np.argsort(small_codes(code), kind="stable")
         bounds = np.r_[0, np.cumsum(np.bincount(code, minlength=len(own) + 1))]
         for k, (_, lo, hi) in enumerate(self.threads):  # threads, not events
             qlo, qhi = int(bounds[k]), int(bounds[k + 1])

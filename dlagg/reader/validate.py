@@ -37,6 +37,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..nesting import nesting, thread_order
+
 # Time columns: a real with a fraction there is damage, not a value to cut (`integers`' `whole`).
 TIMES = ("start", "end")
 # About 13 days in ns: the session bound when the export does not state its duration. Durations
@@ -338,56 +340,12 @@ def _last_above(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
 
 def nest(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> bool:
     """Whether ranges grouped by thread, each by (start, longest first), nest on each thread: no range begins
-    while another of its thread is open (ends after the start) and ends after it.
-
-    A range of no length (or less) never crosses nor encloses another, so only the others are looked at.
-    Each one's depth is the number of ranges of its thread open at its start (all begun before it), and
-    its candidate parent the last range before it one level up. Nested ranges pass: the candidate is
-    the innermost open range, which encloses it. Crossing ranges fail: at the first range (in sorted
-    order) that crosses an earlier one, the earlier ranges nest, so the candidate is still the
-    innermost open range, the one that ends first, and it ends before that range does.
-    """
+    while another of its thread is open (ends after the start) and ends after it (dlagg/nesting.py says how).
+    A range of no length (or less) never crosses nor encloses another, so only the others are looked at."""
     positive = end > start
     t, s, e = (tid, start, end) if positive.all() else (tid[positive], start[positive], end[positive])
-    n = len(t)
-    if n < 2:
-        return True
-    first = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
-    bounds = np.r_[first, n]
-    depth = np.empty(n, dtype=np.int64)
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):  # threads, not events
-        closed = np.searchsorted(np.sort(e[lo:hi], kind="stable"), s[lo:hi], side="right")
-        depth[lo:hi] = np.arange(hi - lo) - closed  # ranges of the thread begun before it, less those ended
-    thread_first = np.repeat(first, np.diff(bounds))
-    by_depth = np.argsort(_small(depth), kind="stable")
-    levels = np.split(by_depth, np.cumsum(np.bincount(depth))[:-1])
-    for above, level in zip(levels, levels[1:], strict=False):  # nesting levels, not events
-        at = np.searchsorted(above, level) - 1  # the last range before it one level up
-        if (at < 0).any():
-            return False
-        parent = above[at]
-        if not ((parent >= thread_first[level]) & (e[parent] >= e[level])).all():
-            return False
-    return True
-
-
-def _small(codes: np.ndarray) -> np.ndarray:
-    """Non-negative codes as int16 when they fit: numpy sorts 16-bit integers with a stable O(n) radix sort."""
-    return codes.astype(np.int16) if len(codes) and codes.max() < np.iinfo(np.int16).max else codes
-
-
-def _thread_order(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The order by (thread, start, longest first), threads in order of first appearance: a radix sort of thread
-    codes after the order by start (none when the starts increase, as nsys writes push/pop ranges)."""
-    n = len(start)
-    if n > 1 and (start[1:] > start[:-1]).all():
-        by_start = np.arange(n)
-    else:
-        by_start = np.lexsort((-end, start))
-    threads = tid[by_start]
-    if n == 0 or (threads == threads[0]).all():
-        return by_start
-    return by_start[np.argsort(_small(pd.factorize(threads)[0]), kind="stable")]
+    bounds = np.r_[np.flatnonzero(np.r_[True, t[1:] != t[:-1]]), len(t)] if len(t) else np.zeros(1, dtype=np.int64)
+    return nesting(s, e, [(0, int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]).nested
 
 
 def _crossing_round(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
@@ -398,7 +356,7 @@ def _crossing_round(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     A range ending after its stack top crosses it. If none does, the ranges nest (of a crossing pair,
     the later's stack top either is the earlier or crosses it itself, begun earlier: some pair shows).
     """
-    order = _thread_order(tid, start, end)
+    order, _ = thread_order(tid, start, end)
     t, s, e = tid[order], start[order], end[order]
     if nest(t, s, e):  # what any whole profile gives: confirmed in a few sorts, without the searches below
         return None
